@@ -1,0 +1,121 @@
+"""Checkpoint files: atomic writes, safe loads, and the random-number state for exact resume."""
+
+import os
+import pickle
+import random
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import UsageError
+
+REQUIRED_KEYS = ("model", "model_name", "model_config")
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The bare model inside DataParallel, DistributedDataParallel and torch.compile wrappers."""
+    while True:
+        if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):  # torch.compile's OptimizedModule
+            model = model._orig_mod
+        else:
+            return model
+
+
+def save(state: dict[str, Any], path: Path) -> None:
+    """Write `state` to `path` atomically: a crash mid-write never leaves a truncated file."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, keep_epochs: int = 0) -> None:
+    """Write run_dir/last.pt; copy it to best.pt and, with keep_epochs > 0, to epoch-<epoch>.pt.
+
+    Only the keep_epochs newest epoch files are kept. Every file is replaced atomically.
+    """
+    last = run_dir / "last.pt"
+    save(state, last)
+    if best:
+        _copy(last, run_dir / "best.pt")
+    if keep_epochs > 0:
+        _copy(last, run_dir / f"epoch-{epoch}.pt")
+        epoch_files = sorted(run_dir.glob("epoch-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
+        for old in epoch_files[:-keep_epochs]:
+            old.unlink()
+
+
+def _copy(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def resolve(path: Path) -> Path:
+    """A checkpoint file, or last.pt inside a run directory."""
+    if path.is_dir():
+        path = path / "last.pt"
+    if not path.is_file():
+        raise UsageError(f"checkpoint {path} does not exist")
+    return path
+
+
+def load(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by train.py, tensors only (weights_only=True); UsageError if unusable."""
+    path = resolve(path)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UsageError(f"checkpoint {path} is corrupt or not a PyTorch file ({first_line})") from None
+    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
+        raise UsageError(f"{path} is not a checkpoint written by train.py (missing model state or config)")
+    return state
+
+
+def check_compatible(state: dict[str, Any], model_name: str, model_config: dict[str, Any]) -> None:
+    """Raise UsageError unless the checkpoint holds the same model class and config."""
+    if state["model_name"] != model_name:
+        raise UsageError(f"checkpoint holds a {state['model_name']} model, not {model_name}")
+    saved = {key: _tuples(value) for key, value in state["model_config"].items()}
+    wanted = {key: _tuples(value) for key, value in model_config.items()}
+    diffs = [f"{key}={saved.get(key)!r} (now {value!r})" for key, value in wanted.items() if saved.get(key) != value]
+    if diffs:
+        raise UsageError("checkpoint was trained with a different model config: " + ", ".join(diffs))
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
+    """Every random-number state the run uses, as plain Python and tensors (weights_only-safe)."""
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+    if generator is not None:
+        state["generator"] = generator.get_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], generator: torch.Generator | None = None) -> None:
+    """Restore what rng_state() captured."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"].cpu())
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+    if generator is not None and "generator" in state:
+        generator.set_state(state["generator"].cpu())

@@ -1,0 +1,289 @@
+"""The dataset module: datasets, transforms, samplers and loaders.
+
+Three sources, chosen with train.py's --dataset:
+  shapes        built-in synthetic coloured shapes; no download, learnable in about a minute
+  imagefolder   DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg (selected by --data-dir DIR alone)
+  cifar10, mnist, fashionmnist   torchvision datasets under --data-dir, fetched only with --download
+"""
+
+import contextlib
+import math
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from prefetch_generator import BackgroundGenerator
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
+from torchvision import datasets
+from torchvision.transforms import v2
+
+from . import UsageError
+from .ops import mixup, one_hot
+
+DATASETS = ("shapes", "imagefolder", "cifar10", "mnist", "fashionmnist")
+TORCHVISION_DATASETS = {
+    "cifar10": (datasets.CIFAR10, 3),
+    "mnist": (datasets.MNIST, 1),
+    "fashionmnist": (datasets.FashionMNIST, 1),
+}
+SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond")
+
+
+class DataSplits(NamedTuple):
+    """The train and validation datasets plus what the model needs to know about them."""
+
+    train: Dataset
+    val: Dataset
+    classes: list[str]
+    in_channels: int
+
+
+class SyntheticShapes(Dataset):
+    """Coloured shapes at random positions, sizes and colours on a noisy background.
+
+    Item i is a (uint8 image (3, S, S), label) pair that depends only on (seed, i), so any
+    process or worker renders the same sample; labels cycle through SHAPES, so classes are
+    balanced. Different seeds give disjoint-looking splits (train and val use different seeds).
+    """
+
+    def __init__(self, size: int, img_size: int, seed: int, transform: v2.Transform | None = None) -> None:
+        self.size = size
+        self.img_size = img_size
+        self.seed = seed
+        self.transform = transform
+        self.classes = list(SHAPES)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        label = index % len(SHAPES)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        image = render_shape(SHAPES[label], self.img_size, gen)
+        if self.transform is not None:
+            image = self.transform(image)
+        return image, label
+
+
+def render_shape(shape: str, img_size: int, gen: torch.Generator) -> torch.Tensor:
+    """Draw one shape with a random centre, size and colour; returns uint8 (3, img_size, img_size)."""
+
+    def uniform(low: float, high: float) -> float:
+        return low + (high - low) * torch.rand((), generator=gen).item()
+
+    radius = uniform(0.15, 0.4) * img_size
+    cx, cy = uniform(radius, img_size - radius), uniform(radius, img_size - radius)
+    coords = torch.arange(img_size, dtype=torch.float32) + 0.5
+    dy, dx = coords[:, None] - cy, coords[None, :] - cx  # (S, 1), (1, S): broadcast to (S, S)
+    dist2 = dx**2 + dy**2
+    if shape == "circle":
+        mask = dist2 <= radius**2
+    elif shape == "ring":
+        mask = (dist2 <= radius**2) & (dist2 >= (0.6 * radius) ** 2)
+    elif shape == "square":
+        mask = (dx.abs() <= 0.85 * radius) & (dy.abs() <= 0.85 * radius)
+    elif shape == "diamond":
+        mask = dx.abs() + dy.abs() <= 1.1 * radius
+    elif shape == "cross":
+        arm = radius / 3
+        mask = ((dx.abs() <= arm) & (dy.abs() <= radius)) | ((dy.abs() <= arm) & (dx.abs() <= radius))
+    elif shape == "triangle":  # apex up: half-width grows from 0 at the top to radius at the bottom
+        mask = (dy >= -radius) & (dy <= radius) & (dx.abs() <= (dy + radius) / 2)
+    else:
+        raise ValueError(f"unknown shape {shape!r}; expected one of {SHAPES}")
+    background = torch.rand(3, 1, 1, generator=gen)
+    # Any colour, but at least 0.3 away from the background in every channel: visible, not trivial.
+    foreground = (background + 0.3 + 0.4 * torch.rand(3, 1, 1, generator=gen)) % 1.0
+    image = torch.where(mask, foreground, background)  # (3, S, S)
+    image = image + 0.2 * torch.randn(3, img_size, img_size, generator=gen)
+    return (image.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def dataset_name(name: str | None, data_dir: Path | None) -> str:
+    """The dataset to use: `name` if given, else imagefolder when there is a data dir, else shapes."""
+    if name is not None:
+        return name
+    return "imagefolder" if data_dir is not None else "shapes"
+
+
+def build_transforms(img_size: int, train: bool) -> v2.Compose:
+    """Resize to img_size, scale to [-1, 1]; the train pipeline adds random flips, eval has none."""
+    steps: list[v2.Transform] = [v2.ToImage(), v2.Resize((img_size, img_size), antialias=True)]
+    if train:
+        steps.append(v2.RandomHorizontalFlip())
+    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5], [0.5])]
+    return v2.Compose(steps)
+
+
+def build_datasets(
+    name: str,
+    data_dir: Path | None,
+    img_size: int,
+    *,
+    download: bool = False,
+    seed: int = 0,
+    train_size: int = 12_000,
+    val_size: int = 2_000,
+) -> DataSplits:
+    """Build the train and validation datasets; raises UsageError on a missing or empty source."""
+    train_tf, eval_tf = build_transforms(img_size, train=True), build_transforms(img_size, train=False)
+    if name == "shapes":
+        # Distinct seeds per split, so no validation image is a training image.
+        train = SyntheticShapes(train_size, img_size, seed=2 * seed, transform=train_tf)
+        val = SyntheticShapes(val_size, img_size, seed=2 * seed + 1, transform=eval_tf)
+        return DataSplits(train, val, list(SHAPES), 3)
+    if data_dir is None:
+        raise UsageError(f"--dataset {name} needs --data-dir")
+    if name == "imagefolder":
+        train = _image_folder(data_dir / "train", train_tf)
+        val = _image_folder(data_dir / "val", eval_tf)
+        if train.classes != val.classes:
+            raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
+        return DataSplits(train, val, train.classes, 3)
+    if name in TORCHVISION_DATASETS:
+        cls, channels = TORCHVISION_DATASETS[name]
+        try:
+            train = cls(str(data_dir), train=True, transform=train_tf, download=download)
+            val = cls(str(data_dir), train=False, transform=eval_tf, download=download)
+        except RuntimeError as err:  # torchvision's "Dataset not found or corrupted"
+            hint = "" if download else "; pass --download to fetch it"
+            raise UsageError(f"{name} not found under {data_dir}{hint} ({err})") from None
+        return DataSplits(train, val, list(train.classes), channels)
+    raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+
+
+def _image_folder(root: Path, transform: v2.Compose) -> datasets.ImageFolder:
+    if not root.is_dir():
+        raise UsageError(f"image folder {root} does not exist (expected DIR/train/<class>/ and DIR/val/<class>/)")
+    try:
+        return datasets.ImageFolder(str(root), transform=transform)
+    except FileNotFoundError as err:  # no class folders, or no images in them
+        raise UsageError(f"image folder {root} has no images: {err}") from None
+
+
+class ShuffleSampler(Sampler[int]):
+    """A new shuffle each epoch, a pure function of (seed, epoch), split across ranks.
+
+    Every rank gets ceil(N / world_size) indices (the shuffled list is padded by wrapping
+    around), so all ranks run the same number of steps. `set_epoch(epoch, start)` skips the
+    first `start` indices of this rank's share: a run interrupted mid-epoch resumes on
+    exactly the batches it had not seen.
+    """
+
+    def __init__(self, num_samples: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
+        self.num_samples = num_samples
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.per_rank = math.ceil(num_samples / world_size)
+        self.epoch = 0
+        self.start = 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Choose the epoch's permutation, and how many of this rank's indices to skip."""
+        self.epoch = epoch
+        self.start = start
+
+    def __iter__(self) -> Iterator[int]:
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.num_samples, generator=gen)
+        padding = self.per_rank * self.world_size - self.num_samples
+        order = torch.cat([order, order[:padding]])
+        return iter(order[self.rank :: self.world_size][self.start :].tolist())
+
+    def __len__(self) -> int:
+        return self.per_rank - self.start
+
+
+class MixupCollate:
+    """Batch samples, then mix them: soft targets (N, num_classes) with lambda ~ Beta(alpha, alpha).
+
+    Mixing happens here, in the loading thread or worker, so the training loop itself draws
+    no random numbers and stays reproducible whether batches are prefetched or not.
+    """
+
+    def __init__(self, alpha: float, num_classes: int) -> None:
+        self.beta = torch.distributions.Beta(torch.tensor(alpha), torch.tensor(alpha))
+        self.num_classes = num_classes
+
+    def __call__(self, samples: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Collate a list of (image, label) pairs into mixed images (N, C, H, W) and targets (N, K)."""
+        images, labels = default_collate(samples)
+        lam = float(self.beta.sample())
+        perm = torch.randperm(images.shape[0])
+        return mixup(images, one_hot(labels, self.num_classes), lam, perm)
+
+
+def build_loader(
+    dataset: Dataset,
+    batch_size: int,
+    *,
+    sampler: Sampler[int] | None = None,
+    train: bool = False,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    collate_fn: MixupCollate | None = None,
+) -> DataLoader:
+    """Wrap a dataset in a DataLoader.
+
+    Training drops the last incomplete batch (a batch of one breaks batch norm); evaluation
+    keeps every sample, in order unless a sampler is given.
+    """
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        drop_last=train,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        collate_fn=collate_fn,
+        # Workers stay alive across epochs instead of being forked again each epoch.
+        persistent_workers=num_workers > 0,
+    )
+
+
+class _Failure(NamedTuple):
+    error: BaseException
+
+
+@contextlib.contextmanager
+def background_batches(loader: DataLoader, depth: int) -> Iterator[Iterator]:
+    """Iterate `loader` in a BackgroundGenerator thread that keeps `depth` batches ready.
+
+    depth 0 iterates in the caller's thread. On exit, even after a `break` or an exception,
+    the thread is stopped and joined, so no thread or loader iterator is left behind; an
+    error raised while loading is re-raised in the caller instead of hanging it.
+    """
+    if depth == 0:
+        yield iter(loader)
+        return
+    stop = threading.Event()
+
+    def produce() -> Iterator:
+        try:
+            for batch in loader:
+                if stop.is_set():
+                    return
+                yield batch
+        except Exception as err:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            yield _Failure(err)
+
+    thread = BackgroundGenerator(produce(), max_prefetch=depth)
+
+    def consume() -> Iterator:
+        for item in thread:
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item
+
+    try:
+        yield consume()
+    finally:
+        stop.set()
+        while thread.is_alive():  # take batches so a pending put returns and the producer sees `stop`
+            with contextlib.suppress(queue.Empty):
+                thread.queue.get(timeout=0.05)
+        thread.join()

@@ -1,0 +1,133 @@
+"""Run output: console lines, the tqdm bar, TensorBoard scalars and metrics.jsonl.
+
+Only the main process writes; on other processes every method is a no-op, so the training
+loop calls them unconditionally.
+"""
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from . import runtime
+
+
+class NonFiniteLossError(Exception):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass
+class Window:
+    """Timing and sample counts between two log lines."""
+
+    first_step: int  # global step before the window's first batch
+    batches: int = 0
+    samples: int = 0
+    data_time: float = 0.0  # seconds spent waiting for the next batch
+    compute_time: float = 0.0  # seconds spent on forward, backward and step
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def efficiency(self) -> float:
+        """Compute efficiency: compute / (compute + data); near 1 means data loading keeps up."""
+        total = self.compute_time + self.data_time
+        return self.compute_time / total if total > 0 else 0.0
+
+
+class RunLogger:
+    """Writes what a run reports, on the main process only."""
+
+    def __init__(
+        self, run_dir: Path, main_process: bool, progress: str = "auto", world_size: int = 1, accum_steps: int = 1
+    ) -> None:
+        self.main_process = main_process
+        self.world_size = world_size
+        self.accum_steps = accum_steps
+        if main_process:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        self.show_bar = main_process and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
+        self.writer = SummaryWriter(str(run_dir)) if main_process else None
+        self.metrics_file = (run_dir / "metrics.jsonl").open("a") if main_process else None
+
+    def record_start(self, args: Any, run_dir: Path, model: nn.Module, device: torch.device, step: int) -> None:
+        """Print and save the arguments and the environment; print the model's size and summary."""
+        if not self.main_process:
+            return
+        name = "args.json" if step == 0 else f"args-resume-step{step}.json"  # never overwrite the first
+        arguments = json.dumps(vars(args), indent=2, default=str)
+        (run_dir / name).write_text(arguments + "\n")
+        environment = json.dumps(runtime.environment(device), indent=2)
+        (run_dir / "environment.json").write_text(environment + "\n")
+        self.print(f"arguments (saved to {run_dir / name}):\n{arguments}")
+        self.print(f"environment:\n{environment}")
+        try:
+            from torchinfo import summary  # optional: pip install torchinfo
+
+            self.print(str(summary(model, verbose=0, depth=3)))
+        except ImportError:
+            self.print(str(model))
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in model.parameters())
+        self.print(f"parameters: {total:,} ({trainable:,} trainable)")
+
+    def print(self, message: str) -> None:
+        """Print a line (without breaking the progress bar)."""
+        if self.main_process:
+            tqdm.write(message, file=sys.stdout)
+
+    def progress(self, total: int, epoch: int) -> tqdm:
+        """A tqdm bar over an epoch's batches; hidden off the main process and when not wanted."""
+        return tqdm(total=total, desc=f"epoch {epoch}", disable=not self.show_bar, dynamic_ncols=True, leave=False)
+
+    def log_train(self, window: Window, losses: list[float], step: int, epoch: int, lr: float, bar: tqdm) -> None:
+        """Report one window of training: mean loss, learning rate, throughput, efficiency.
+
+        `losses` holds each micro-batch's loss in the window (summed over processes). Raises
+        NonFiniteLossError naming the first step whose loss is NaN or infinite.
+        """
+        for k, value in enumerate(losses):
+            if not math.isfinite(value):
+                bad_step = window.first_step + k // self.accum_steps + 1
+                raise NonFiniteLossError(f"loss is {value} at step {bad_step} (epoch {epoch})")
+        elapsed = time.perf_counter() - window.started
+        values = {
+            "loss": sum(losses) / (len(losses) * self.world_size),
+            "lr": lr,
+            "samples_per_s": window.samples * self.world_size / max(elapsed, 1e-9),
+            "data_ms": 1000 * window.data_time / max(1, window.batches),
+            "compute_ms": 1000 * window.compute_time / max(1, window.batches),
+            "compute_efficiency": window.efficiency,
+        }
+        summary = (
+            f"loss {values['loss']:.4f}  lr {lr:.2e}  data {values['data_ms']:.1f}ms  "
+            f"compute {values['compute_ms']:.1f}ms  efficiency {values['compute_efficiency']:.2f}"
+        )
+        bar.set_postfix_str(summary, refresh=False)
+        if not self.show_bar:
+            self.print(f"epoch {epoch} step {step}  {summary}")
+        self.write("train", values, step, epoch)
+
+    def write(self, split: str, values: dict[str, Any], step: int, epoch: int) -> None:
+        """Add scalars to TensorBoard as <split>/<name> and one JSON line to metrics.jsonl."""
+        if not self.main_process:
+            return
+        for name, value in values.items():
+            if isinstance(value, (int, float)):
+                self.writer.add_scalar(f"{split}/{name}", value, step)
+        record = {"split": split, "step": step, "epoch": epoch, **values}
+        self.metrics_file.write(json.dumps(record) + "\n")
+        self.metrics_file.flush()
+
+    def close(self) -> None:
+        """Flush and close the TensorBoard writer and the metrics file."""
+        if self.main_process:
+            self.writer.close()
+            self.metrics_file.close()
