@@ -1,6 +1,6 @@
 """One training step on CUDA: the loss is finite and the parameters move. Skipped without CUDA.
 
-    pytest tests/test_cuda.py
+Run: pytest tests/test_cuda.py
 """
 
 import pytest

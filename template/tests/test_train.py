@@ -1,6 +1,6 @@
 """train.py and test.py end to end on CPU: smoke run, exact resume, signals, bad input.
 
-    pytest tests/test_train.py
+Run: pytest tests/test_train.py
 """
 
 import json

@@ -190,19 +190,20 @@ class ShuffleSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         gen = torch.Generator().manual_seed(self.seed + self.epoch)
         order = torch.randperm(self.num_samples, generator=gen)
-        padding = self.per_rank * self.world_size - self.num_samples
-        order = torch.cat([order, order[:padding]])
+        total = self.per_rank * self.world_size  # pad by wrapping around, as often as needed
+        order = order.repeat(math.ceil(total / self.num_samples))[:total]
         return iter(order[self.rank :: self.world_size][self.start :].tolist())
 
     def __len__(self) -> int:
-        return self.per_rank - self.start
+        return max(0, self.per_rank - self.start)
 
 
 class MixupCollate:
     """Batch samples, then mix them: soft targets (N, num_classes) with lambda ~ Beta(alpha, alpha).
 
-    Mixing happens here, in the loading thread or worker, so the training loop itself draws
-    no random numbers and stays reproducible whether batches are prefetched or not.
+    Mixing happens here, in the loading thread or worker, next to the random flips, so the
+    training loop itself draws no random numbers from the CPU generator. (Dropout on the CPU
+    would: with it, prefetched runs are no longer reproducible bit for bit.)
     """
 
     def __init__(self, alpha: float, num_classes: int) -> None:
