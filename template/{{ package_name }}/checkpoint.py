@@ -1,8 +1,10 @@
 """Checkpoint files: atomic writes, safe loads, and the random-number state for exact resume."""
 
+import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,31 @@ def unwrap(model: nn.Module) -> nn.Module:
             model = model._orig_mod
         else:
             return model
+
+
+def training_state(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    scaler: torch.amp.GradScaler,
+    run_state: dict[str, Any],
+    args: dict[str, Any],
+    classes: list[str],
+    model_name: str,
+) -> dict[str, Any]:
+    """Everything a resumed run needs, as tensors and plain Python (loadable with weights_only=True)."""
+    return {
+        "model": unwrap(model).state_dict(),  # the bare model: no wrapper prefixes in its keys
+        "model_name": model_name,
+        "model_config": unwrap(model).config.to_dict(),
+        "classes": classes,
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(),
+        "run_state": run_state,
+        "rng": rng_state(),
+        "args": json.loads(json.dumps(args, default=str)),  # Paths become strings
+    }
 
 
 def save(state: dict[str, Any], path: Path) -> None:
@@ -53,6 +80,26 @@ def _copy(src: Path, dst: Path) -> None:
     tmp = dst.with_name(dst.name + ".tmp")
     shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
+
+
+def find_run(
+    output_dir: Path, run_name: str | None, resume: Path | None, auto_resume: bool
+) -> tuple[Path, Path | None]:
+    """Return the run directory and the checkpoint to resume from (None for a fresh run).
+
+    A resumed run keeps writing into its checkpoint's directory. A fresh run never starts in
+    a directory that already holds a checkpoint, so it cannot overwrite one.
+    """
+    if resume is not None:
+        path = resolve(resume)
+        return path.parent, path
+    run_dir = output_dir / (run_name or time.strftime("%Y%m%d-%H%M%S"))
+    last = run_dir / "last.pt"
+    if last.is_file() and auto_resume:
+        return run_dir, last
+    if last.exists():
+        raise UsageError(f"{run_dir} already holds a checkpoint; continue with --resume {run_dir} or pick a --run-name")
+    return run_dir, None
 
 
 def resolve(path: Path) -> Path:

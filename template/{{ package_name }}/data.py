@@ -218,6 +218,23 @@ class MixupCollate:
         return mixup(images, one_hot(labels, self.num_classes), lam, perm)
 
 
+class ShardSampler(Sampler[int]):
+    """Indices rank, rank + world_size, ... without padding: evaluation sees every sample once.
+
+    Shards differ in length by at most one, so evaluation must not run collectives per batch;
+    it sums its results locally and reduces them once at the end.
+    """
+
+    def __init__(self, num_samples: int, rank: int, world_size: int) -> None:
+        self.indices = range(rank, num_samples, world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
 def build_loader(
     dataset: Dataset,
     batch_size: int,
@@ -244,6 +261,33 @@ def build_loader(
         # Workers stay alive across epochs instead of being forked again each epoch.
         persistent_workers=num_workers > 0,
     )
+
+
+def build_loaders(
+    splits: DataSplits,
+    batch_size: int,
+    *,
+    seed: int,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    mixup_alpha: float = 0.0,
+    rank: int = 0,
+    world_size: int = 1,
+) -> tuple[DataLoader, DataLoader]:
+    """Training loader (a new shuffle each epoch, optional mixup) and validation loader.
+
+    With world_size > 1 each process gets its share: training batches padded to the same
+    count on every rank, validation split without padding so each sample is counted once.
+    """
+    mixup = MixupCollate(mixup_alpha, len(splits.classes)) if mixup_alpha > 0 else None
+    train_sampler = ShuffleSampler(len(splits.train), seed, rank, world_size)
+    val_sampler = ShardSampler(len(splits.val), rank, world_size) if world_size > 1 else None
+    common = {"num_workers": num_workers, "pin_memory": pin_memory}
+    train = build_loader(splits.train, batch_size, sampler=train_sampler, train=True, collate_fn=mixup, **common)
+    val = build_loader(splits.val, batch_size, sampler=val_sampler, **common)
+    if len(train) == 0:
+        raise UsageError(f"the training set has {len(splits.train)} images, fewer than one batch of {batch_size}")
+    return train, val
 
 
 class _Failure(NamedTuple):
