@@ -1,10 +1,11 @@
 """copier.yml: defaults, derived names, validators and choices; copying needs no --trust.
 
-    pytest tests/test_questions.py
+pytest tests/test_questions.py
 """
 
 import pytest
 import yaml
+
 from conftest import REPO, render
 
 
@@ -21,9 +22,14 @@ def test_copy_needs_no_trust(tmp_path):
 
 @pytest.mark.parametrize(
     ("model_name", "module"),
-    [("TinyResNet", "tiny_resnet"), ("SimpleCNN", "simple_cnn"), ("MobileNetV2", "mobilenet_v2"), ("Unet", "unet"),
-     ("GPT2Model", "gpt2_model")],
-)  # fmt: skip
+    [
+        ("TinyResNet", "tiny_resnet"),
+        ("SimpleCNN", "simple_cnn"),
+        ("MobileNetV2", "mobilenet_v2"),
+        ("Unet", "unet"),
+        ("GPT2Model", "gpt2_model"),
+    ],
+)
 def test_model_module_is_snake_case(tmp_path, model_name, module):
     project = render(tmp_path / "p", model_name=model_name)
     assert answers(project)["model_module"] == module
@@ -36,9 +42,10 @@ def test_package_name_derives_from_project_name(tmp_path):
     assert (project / "my_cool_model_2" / "layers.py").is_file()
 
 
-@pytest.mark.parametrize(
-    ("license_", "first_line"), [("MIT", "MIT License"), ("Apache-2.0", "Apache License"), ("BSD-3-Clause", "BSD 3-Clause")]
-)
+LICENSES = [("MIT", "MIT License"), ("Apache-2.0", "Apache License"), ("BSD-3-Clause", "BSD 3-Clause")]
+
+
+@pytest.mark.parametrize(("license_", "first_line"), LICENSES)
 def test_licenses(tmp_path, license_, first_line):
     project = render(tmp_path / "p", license=license_, author_name="Ada Lovelace")
     text = (project / "LICENSE").read_text()
@@ -80,7 +87,10 @@ def test_bad_answers_are_refused_and_leave_nothing(tmp_path, data, message):
     assert not (tmp_path / "bad").exists()
 
 
-@pytest.mark.parametrize(("question", "value"), [("multi_gpu", "horovod"), ("python_version", "3.8"), ("license", "WTFPL")])
+UNKNOWN_CHOICES = [("multi_gpu", "horovod"), ("python_version", "3.8"), ("license", "WTFPL"), ("ci", "jenkins")]
+
+
+@pytest.mark.parametrize(("question", "value"), UNKNOWN_CHOICES)
 def test_unknown_choices_are_refused(tmp_path, question, value):
     with pytest.raises(ValueError, match=f"Invalid choice for '{question}'"):
         render(tmp_path / "bad", **{question: value})

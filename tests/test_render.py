@@ -1,6 +1,6 @@
 """Render every multi_gpu choice and run each project's own checks: ruff, then its pytest suite.
 
-    pytest tests/test_render.py
+pytest tests/test_render.py
 """
 
 import re
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import render, run
 
 MULTI_GPU = ["ddp", "dataparallel", "none"]

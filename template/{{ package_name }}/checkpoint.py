@@ -5,6 +5,7 @@ import os
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,17 @@ from torch import nn
 from . import UsageError
 
 REQUIRED_KEYS = ("model", "model_name", "model_config")
+
+
+@dataclass
+class RunState:
+    """Counters that a checkpoint carries over, so a resumed run continues the same schedule."""
+
+    epoch: int = 0  # the epoch to run next
+    batch_in_epoch: int = 0  # batches of `epoch` already trained (non-zero after an interrupt)
+    global_step: int = 0  # optimizer steps so far
+    best_accuracy: float = -1.0
+    epochs_without_improvement: int = 0
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -90,6 +102,10 @@ def find_run(
     A resumed run keeps writing into its checkpoint's directory. A fresh run never starts in
     a directory that already holds a checkpoint, so it cannot overwrite one.
     """
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(f"--output-dir {output_dir} is a file, not a directory")
+    if auto_resume and (run_name is None or resume is not None):
+        raise UsageError("--auto-resume needs a fixed --run-name (and no --resume) to find the run again")
     if resume is not None:
         path = resolve(resume)
         return path.parent, path
@@ -137,6 +153,28 @@ def check_compatible(state: dict[str, Any], model_name: str, model_config: dict[
 
 def _tuples(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
+
+
+def restore(
+    state: dict[str, Any],
+    model_name: str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    scaler: torch.amp.GradScaler,
+) -> RunState:
+    """Load a checkpoint into freshly built objects and return its counters.
+
+    Raises UsageError if it holds another model or config. Restores the random-number state
+    too, so call it after everything else that draws random numbers (model init) is built.
+    """
+    check_compatible(state, model_name, unwrap(model).config.to_dict())
+    unwrap(model).load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    scaler.load_state_dict(state["scaler"])
+    set_rng_state(state["rng"])
+    return RunState(**state["run_state"])
 
 
 def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from torchvision.transforms import v2
 
 from . import UsageError
 from .ops import mixup, one_hot
+from .shapes import SHAPES, SyntheticShapes
 
 DATASETS = ("shapes", "imagefolder", "cifar10", "mnist", "fashionmnist")
 TORCHVISION_DATASETS = {
@@ -29,7 +30,6 @@ TORCHVISION_DATASETS = {
     "mnist": (datasets.MNIST, 1),
     "fashionmnist": (datasets.FashionMNIST, 1),
 }
-SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond")
 
 
 class DataSplits(NamedTuple):
@@ -39,67 +39,6 @@ class DataSplits(NamedTuple):
     val: Dataset
     classes: list[str]
     in_channels: int
-
-
-class SyntheticShapes(Dataset):
-    """Coloured shapes at random positions, sizes and colours on a noisy background.
-
-    Item i is a (uint8 image (3, S, S), label) pair that depends only on (seed, i), so any
-    process or worker renders the same sample; labels cycle through SHAPES, so classes are
-    balanced. Different seeds give disjoint-looking splits (train and val use different seeds).
-    """
-
-    def __init__(self, size: int, img_size: int, seed: int, transform: v2.Transform | None = None) -> None:
-        self.size = size
-        self.img_size = img_size
-        self.seed = seed
-        self.transform = transform
-        self.classes = list(SHAPES)
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        label = index % len(SHAPES)
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        image = render_shape(SHAPES[label], self.img_size, gen)
-        if self.transform is not None:
-            image = self.transform(image)
-        return image, label
-
-
-def render_shape(shape: str, img_size: int, gen: torch.Generator) -> torch.Tensor:
-    """Draw one shape with a random centre, size and colour; returns uint8 (3, img_size, img_size)."""
-
-    def uniform(low: float, high: float) -> float:
-        return low + (high - low) * torch.rand((), generator=gen).item()
-
-    radius = uniform(0.15, 0.4) * img_size
-    cx, cy = uniform(radius, img_size - radius), uniform(radius, img_size - radius)
-    coords = torch.arange(img_size, dtype=torch.float32) + 0.5
-    dy, dx = coords[:, None] - cy, coords[None, :] - cx  # (S, 1), (1, S): broadcast to (S, S)
-    dist2 = dx**2 + dy**2
-    if shape == "circle":
-        mask = dist2 <= radius**2
-    elif shape == "ring":
-        mask = (dist2 <= radius**2) & (dist2 >= (0.6 * radius) ** 2)
-    elif shape == "square":
-        mask = (dx.abs() <= 0.85 * radius) & (dy.abs() <= 0.85 * radius)
-    elif shape == "diamond":
-        mask = dx.abs() + dy.abs() <= 1.1 * radius
-    elif shape == "cross":
-        arm = radius / 3
-        mask = ((dx.abs() <= arm) & (dy.abs() <= radius)) | ((dy.abs() <= arm) & (dx.abs() <= radius))
-    elif shape == "triangle":  # apex up: half-width grows from 0 at the top to radius at the bottom
-        mask = (dy >= -radius) & (dy <= radius) & (dx.abs() <= (dy + radius) / 2)
-    else:
-        raise ValueError(f"unknown shape {shape!r}; expected one of {SHAPES}")
-    background = torch.rand(3, 1, 1, generator=gen)
-    # Any colour, but at least 0.3 away from the background in every channel: visible, not trivial.
-    foreground = (background + 0.3 + 0.4 * torch.rand(3, 1, 1, generator=gen)) % 1.0
-    image = torch.where(mask, foreground, background)  # (3, S, S)
-    image = image + 0.2 * torch.randn(3, img_size, img_size, generator=gen)
-    return (image.clamp(0, 1) * 255).round().to(torch.uint8)
 
 
 def dataset_name(name: str | None, data_dir: Path | None) -> str:
@@ -129,6 +68,8 @@ def build_datasets(
     val_size: int = 2_000,
 ) -> DataSplits:
     """Build the train and validation datasets; raises UsageError on a missing or empty source."""
+    if download and name not in TORCHVISION_DATASETS:
+        raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
     train_tf, eval_tf = build_transforms(img_size, train=True), build_transforms(img_size, train=False)
     if name == "shapes":
         # Distinct seeds per split, so no validation image is a training image.

@@ -6,6 +6,8 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
 
+from . import UsageError
+
 SCHEDULERS = ("none", "step", "cosine", "plateau")
 
 
@@ -34,13 +36,22 @@ def param_groups(
     ]
 
 
+def build_optimizer(groups: list[dict], name: str, lr: float, momentum: float = 0.9) -> torch.optim.Optimizer:
+    """AdamW, or SGD with Nesterov momentum, over parameter groups from param_groups()."""
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=momentum > 0)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr)
+    raise UsageError(f"unknown optimizer {name!r}; choose adamw or sgd")
+
+
 def build_scheduler(
     optimizer: torch.optim.Optimizer,
     name: str,
     *,
     epochs: int,
     steps_per_epoch: int,
-    warmup_epochs: float = 0.0,
+    warmup_epochs: float | None = None,
     step_epochs: int = 30,
     gamma: float = 0.1,
     patience: int = 5,
@@ -48,13 +59,16 @@ def build_scheduler(
     """The schedule for --scheduler.
 
     none, step and cosine are stepped once per optimizer step (after optimizer.step()), with
-    a linear warm-up over the first warmup_epochs; plateau is stepped once per epoch with the
-    validation accuracy and cuts the rate by gamma after `patience` epochs without progress.
+    a linear warm-up over the first warmup_epochs (half an epoch if None); plateau is stepped
+    once per epoch with the validation accuracy and cuts the rate by gamma after `patience`
+    epochs without progress.
     """
     if name == "plateau":
+        if warmup_epochs:
+            raise UsageError("--scheduler plateau has no warm-up; leave out --warmup-epochs")
         return ReduceLROnPlateau(optimizer, mode="max", factor=gamma, patience=patience)
     total = epochs * steps_per_epoch
-    warmup = round(warmup_epochs * steps_per_epoch)
+    warmup = round((0.5 if warmup_epochs is None else warmup_epochs) * steps_per_epoch)
 
     def factor(step: int) -> float:
         if step < warmup:

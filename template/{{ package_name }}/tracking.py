@@ -126,6 +126,12 @@ class RunLogger:
         self.metrics_file.write(json.dumps(record) + "\n")
         self.metrics_file.flush()
 
+    def __enter__(self) -> "RunLogger":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Flush and close the TensorBoard writer and the metrics file."""
         if self.main_process:
