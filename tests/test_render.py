@@ -34,7 +34,8 @@ def test_layout(project):
     package = project / "shape_classifier"
     for name in ("layers", "networks", "losses", "ops", "tiny_resnet", "data"):
         assert (package / f"{name}.py").is_file()
-    for name in ("train.py", "test.py", "README.md", "pyproject.toml", ".gitignore", ".copier-answers.yml", "LICENSE"):
+    scripts = ("train.py", "test.py", "predict.py", "export.py")
+    for name in (*scripts, "README.md", "pyproject.toml", ".gitignore", ".copier-answers.yml", "LICENSE"):
         assert (project / name).is_file()
     multi_gpu = re.search(r"multi_gpu: (\w+)", (project / ".copier-answers.yml").read_text()).group(1)
     assert (package / "distributed.py").exists() == (multi_gpu == "ddp")

@@ -1,0 +1,101 @@
+"""predict.py and export.py on a checkpoint from a short training run.
+
+Run: pytest tests/test_predict_export.py
+"""
+
+import importlib
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms.functional import to_pil_image
+
+from conftest import load_script
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, train_script) -> Path:
+    out = tmp_path_factory.mktemp("predict")
+    flags = ["--device", "cpu", "--img-size", "16", "--widths", "8,16", "--shapes-train-size", "64",
+             "--shapes-val-size", "16", "--batch-size", "16", "--epochs", "1", "--progress", "never",
+             "--output-dir", str(out), "--run-name", "run"]  # fmt: skip
+    assert train_script.main(flags) == 0
+    return out / "run"
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory, train_script) -> Path:
+    """A folder of PNG files drawn by the built-in dataset, one per class."""
+    folder = tmp_path_factory.mktemp("images")
+    shapes = importlib.import_module(train_script.data.__name__.rsplit(".", 1)[0] + ".shapes")
+    dataset = shapes.SyntheticShapes(len(shapes.SHAPES), 16, seed=7)
+    for index in range(len(dataset)):
+        image, label = dataset[index]
+        to_pil_image(image).save(folder / f"{index}_{shapes.SHAPES[label]}.png")
+    (folder / "notes.txt").write_text("not an image: skipped when a folder is given")
+    return folder
+
+
+def test_predict_prints_label_and_confidence_per_image(run_dir, images, capsys):
+    predict = load_script("predict")
+    assert predict.main([str(run_dir / "best.pt"), str(images), "--top-k", "2", "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    classes = torch.load(run_dir / "best.pt", weights_only=True)["classes"]
+    assert len(lines) == len(classes)  # one line per PNG; notes.txt is not an image
+    for line in lines:
+        path, *labels = line.split("\t")
+        assert path.endswith(".png") and len(labels) == 2
+        probs = [float(label.split()[1]) for label in labels]
+        assert all(label.split()[0] in classes for label in labels)
+        assert probs == sorted(probs, reverse=True) and 0.0 <= sum(probs) <= 1.0 + 1e-6
+
+
+def test_predict_matches_the_model_on_a_single_file(run_dir, images, capsys, train_script):
+    predict = load_script("predict")
+    image = sorted(images.glob("*.png"))[0]
+    assert predict.main([str(run_dir), str(image), "--device", "cpu"]) == 0
+    _, label_prob = capsys.readouterr().out.strip().split("\t")
+    state = torch.load(run_dir / "last.pt", weights_only=True)
+    args = train_script.get_args_parser().parse_args(["--img-size", "16", "--widths", "8,16"])
+    splits = train_script.data.build_datasets("shapes", None, 16, train_size=8, val_size=8)
+    model = train_script.build_model(args, splits, torch.device("cpu")).eval()
+    model.load_state_dict(state["model"])
+    tensor = train_script.data.build_transforms(16, train=False)(Image.open(image).convert("RGB"))
+    with torch.no_grad():
+        probs = model(tensor[None]).softmax(dim=1)[0]  # (num_classes,)
+    assert label_prob == f"{state['classes'][probs.argmax()]} {probs.max():.3f}"
+
+
+def test_predict_bad_input(run_dir, tmp_path, capsys):
+    predict = load_script("predict")
+    assert predict.main([str(run_dir), str(tmp_path / "missing.png")]) == 2
+    (tmp_path / "fake.png").write_text("not a png")
+    assert predict.main([str(run_dir), str(tmp_path / "fake.png")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "cannot read" in err
+
+
+@pytest.mark.parametrize("fmt", ["export", "torchscript"])
+def test_export_matches_the_eager_model(run_dir, tmp_path, fmt, capsys):
+    export = load_script("export")
+    out = tmp_path / f"model.{fmt}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit is deprecated; the option stays for old runtimes
+        assert export.main([str(run_dir / "best.pt"), "--format", fmt, "--output", str(out)]) == 0
+        loaded = torch.jit.load(str(out)) if fmt == "torchscript" else torch.export.load(out).module()
+    assert "largest difference" in capsys.readouterr().out
+    state = torch.load(run_dir / "best.pt", weights_only=True)
+    images = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        logits = loaded(images)  # (3, num_classes)
+    assert logits.shape == (3, len(state["classes"]))
+
+
+def test_export_refuses_to_overwrite_the_checkpoint(run_dir, capsys):
+    export = load_script("export")
+    before = (run_dir / "best.pt").read_bytes()
+    assert export.main([str(run_dir / "best.pt"), "--output", str(run_dir / "best.pt")]) == 2
+    assert "would overwrite the checkpoint" in capsys.readouterr().err
+    assert (run_dir / "best.pt").read_bytes() == before
