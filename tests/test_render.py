@@ -1,6 +1,7 @@
 """Render every multi_gpu choice and run each project's own checks: ruff, then its pytest suite.
 
-pytest tests/test_render.py
+One more rendering uses other names for the package and the model, so that nothing in the
+generated code or its tests depends on the defaults. Run: pytest tests/test_render.py
 """
 
 import re
@@ -8,18 +9,24 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import render, run
 
-MULTI_GPU = ["ddp", "dataparallel", "none"]
+ANSWERS = {
+    "ddp": {"multi_gpu": "ddp"},
+    "dataparallel": {"multi_gpu": "dataparallel"},
+    "none": {"multi_gpu": "none"},
+    "renamed": {"multi_gpu": "none", "project_name": "Vision Lab", "model_name": "SimpleCNN", "license": "none"},
+}
 # Leftover template syntax: Jinja blocks, comments and expressions ("${{ }}" in GitHub workflow
 # files is GitHub's own syntax, not Jinja's).
 LEFTOVER = re.compile(r"\{%|%\}|\{#|#\}|(?<!\$)\{\{")
 
 
-@pytest.fixture(scope="module", params=MULTI_GPU)
+@pytest.fixture(scope="module", params=ANSWERS)
 def project(request, tmp_path_factory) -> Path:
-    return render(tmp_path_factory.mktemp(request.param) / "project", multi_gpu=request.param)
+    return render(tmp_path_factory.mktemp(request.param) / "project", **ANSWERS[request.param])
 
 
 def test_no_template_syntax_left(project):
@@ -31,14 +38,17 @@ def test_no_template_syntax_left(project):
 
 
 def test_layout(project):
-    package = project / "shape_classifier"
-    for name in ("layers", "networks", "losses", "ops", "tiny_resnet", "data"):
+    answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
+    package = project / answers["package_name"]
+    for name in ("layers", "networks", "losses", "ops", answers["model_module"], "data"):
         assert (package / f"{name}.py").is_file()
     scripts = ("train.py", "test.py", "predict.py", "export.py")
-    for name in (*scripts, "README.md", "pyproject.toml", ".gitignore", ".copier-answers.yml", "LICENSE"):
+    for name in (*scripts, "README.md", "pyproject.toml", ".gitignore", ".copier-answers.yml"):
         assert (project / name).is_file()
-    multi_gpu = re.search(r"multi_gpu: (\w+)", (project / ".copier-answers.yml").read_text()).group(1)
+    assert (project / "LICENSE").exists() == (answers["license"] != "none")
+    multi_gpu = answers["multi_gpu"]
     assert (package / "distributed.py").exists() == (multi_gpu == "ddp")
+    assert (project / "slurm.sbatch").exists() == (multi_gpu == "ddp")
     train = (project / "train.py").read_text()
     assert ("DataParallel(" in train) == (multi_gpu == "dataparallel")
     if multi_gpu == "none":
