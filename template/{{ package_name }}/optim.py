@@ -18,7 +18,8 @@ def param_groups(
 
     Biases and normalisation weights (every parameter with fewer than 2 dimensions) get no
     weight decay: shrinking them towards zero only hurts. Backbone parameters train at
-    lr * backbone_lr_scale, which fine-tuning sets below 1.
+    lr * backbone_lr_scale, which fine-tuning sets below 1. Head groups come first, so
+    group 0 always runs at `lr` itself.
     """
     backbone_ids = {id(p) for p in backbone.parameters()}
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
