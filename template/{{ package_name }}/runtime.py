@@ -54,7 +54,7 @@ def configure_backends(deterministic: bool) -> None:
     if deterministic:
         # cuBLAS needs a fixed workspace for reproducible matmuls on CUDA >= 10.2.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.benchmark = not deterministic
     torch.backends.cudnn.deterministic = deterministic
 
