@@ -1,6 +1,6 @@
 """Samples per second of the generated training loop, a bare PyTorch loop and Lightning, side by side.
 
-    python benchmarks/loop_overhead.py --batch-size 64             # the README table (about 6 minutes)
+    python benchmarks/loop_overhead.py --batch-size 64 --also-prefetch-depth 2  # README table: ~10 min
     python benchmarks/loop_overhead.py --quick --json result.json  # under 3 minutes: tests/test_benchmarks.py
 
 The script renders this template with its default answers into a temporary folder, imports the
@@ -11,12 +11,14 @@ batch size and num_workers, so the data pipeline costs all of them the same), fo
 of steps, in this one process. The training set holds exactly --steps batches, so each run is a
 whole epoch, as in train.py.
 
-  generated  train.py's train_one_epoch(), called as its fit() calls it: BackgroundGenerator
-             prefetching (--prefetch-depth), the tqdm bar (--progress always; drawn to /dev/null),
-             data and compute timing, the on-device loss buffer, the LR schedule, the GradScaler
-             (disabled without --amp fp16), and a log line (metrics.jsonl and TensorBoard, in a
-             temporary run directory) every --log-interval steps and at the end of the epoch.
-             Checkpoints and validation are written outside train_one_epoch, so they are off.
+  generated  train.py's train_one_epoch(), called as its fit() calls it, with train.py's defaults:
+             BackgroundGenerator prefetching as data.prefetch_depth() chooses it (on the CPU: no
+             loader thread, since torch's compute threads already use every core), the tqdm bar
+             (--progress always; drawn to /dev/null), data and compute timing, the on-device loss
+             buffer, the LR schedule, the GradScaler (disabled without --amp fp16), and a log line
+             (metrics.jsonl and TensorBoard, in a temporary run directory) every --log-interval
+             steps and at the end of the epoch. Checkpoints and validation are written outside
+             train_one_epoch, so they are off.
   bare       the limit for this software stack: for images, targets in loader: copy to the device,
              zero_grad(set_to_none=True), forward, the model's loss, backward, optimizer.step().
              No bar, no prefetch thread, no timing, no logging, no schedule.
@@ -27,17 +29,24 @@ whole epoch, as in train.py.
              loop; checkpointing, model summary, validation and the sanity check off. Timed from
              on_fit_start to on_train_epoch_end: building the Trainer and its set-up are not counted,
              just as train.py's setup() is not counted for the generated loop.
+  --also-prefetch-depth N adds the generated loop with --prefetch-depth N (0: no thread) as a
+             row of its own, to show what the BackgroundGenerator thread costs or saves;
+             --noise-control adds the bare loop a second time: its ratio shows the noise.
 
 Evaluation, the same way: train.py's validate() (evaluation.evaluate() plus summarize()) against a
 bare loop under torch.no_grad() that sums the loss and the correct predictions, on the same
 validation DataLoader (--eval-batches batches).
 
-Method: one warm-up round, then --rounds rounds of generated, bare, lightning (and generated, bare
-for evaluation). A run's samples/s is its samples / its seconds; each round gives the ratios
-generated / bare and generated / lightning, and the reported ratio is the median of the per-round
-ratios, so drift of the machine's speed cancels. Runs are --steps long, a divisor of the default
---log-interval 50, so the generated loop logs once per run: at --quick's 10 steps that is five
-times as often as train.py logs by default, which can only make it look slower.
+Method: one warm-up round, then rounds of generated, bare, [extras,] lightning, then generated and
+bare evaluation, each round starting one variant further on (a b c, b c a, c a b, ...) so that no
+variant always runs first or after the same other one. A run's samples/s is its samples / its
+seconds; each round gives the ratios generated / bare and generated / lightning, and the reported
+ratio is the median of the per-round ratios, so drift of the machine's speed cancels. Runs are
+--steps long, a divisor of the default --log-interval 50, so the generated loop logs once per run:
+at --quick's 10 steps that is five times as often as train.py logs by default, which can only
+make it look slower. Outside --quick, a round counts only if other processes used at most
+--max-foreign-load of the CPUs meanwhile (read from /proc/stat on Linux); busy rounds are
+printed, dropped and run again.
 """
 
 import argparse
@@ -69,23 +78,28 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=64, help="samples per step (train.py's default: 64)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 50, quick 10)")
-    parser.add_argument("--rounds", type=int, default=None, help="measured rounds after warm-up (default 9, quick 5)")
+    parser.add_argument("--rounds", type=int, default=None, help="measured rounds after warm-up (default 20, quick 9)")
     parser.add_argument(
-        "--eval-batches", type=int, default=None, help="batches per evaluation run (default 20, quick 8)"
+        "--eval-batches", type=int, default=None, help="batches per evaluation run (default 20, quick 16)"
     )
     parser.add_argument("--device", default="cpu", help="cpu (what the targets are for), cuda, ...")
     parser.add_argument("--quick", action="store_true", help="fewer, shorter runs: under 3 minutes on 2 CPU cores")
     parser.add_argument("--no-lightning", action="store_true", help="skip Lightning even when it is installed")
     parser.add_argument(
         "--also-prefetch-depth", type=int, default=None, metavar="N",
-        help="add a row: the generated loop with --prefetch-depth N (0: --no-prefetch)",
+        help="add a row: the generated loop with --prefetch-depth N (0: no loader thread)",
     )  # fmt: skip
     parser.add_argument(
         "--max-foreign-load", type=float, default=None, metavar="F",
         help="keep only rounds in which other processes used at most this fraction of the CPUs (Linux; default: "
         "0.1, quick: keep every round)",
     )  # fmt: skip
-    parser.add_argument("--max-seconds", type=float, default=1800, help="stop adding rounds after this long")
+    parser.add_argument(
+        "--max-seconds", type=float, default=None, help="stop adding rounds after this long (default 3600, quick 100)"
+    )
+    parser.add_argument(
+        "--noise-control", action="store_true", help="add a row: the bare loop again, whose ratio shows the noise"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--project", type=Path, default=None, help="an already rendered project (default: render)")
     parser.add_argument("--template", type=Path, default=REPO, help="the template to render")
@@ -95,7 +109,12 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def render(template: Path, dst: Path) -> Path:
     """Render the template with its default answers (the working tree, uncommitted changes included)."""
-    from copier import run_copy
+    try:
+        from copier import run_copy
+    except ImportError:
+        sys.exit(
+            "copier is not installed: render with `copier copy --defaults --vcs-ref HEAD . DIR`, pass --project DIR"
+        )
 
     vcs_ref = "HEAD" if (template / ".git").exists() else None
     with warnings.catch_warnings():
@@ -307,8 +326,10 @@ def measure(opts: argparse.Namespace, project: Path, workdir: Path) -> dict[str,
     }
     if opts.also_prefetch_depth is not None:
         depth = opts.also_prefetch_depth
-        other = argparse.Namespace(**{**vars(args), "prefetch_depth": max(depth, 1), "no_prefetch": depth == 0})
+        other = argparse.Namespace(**{**vars(args), "prefetch_depth": depth})
         variants[f"generated_depth{depth}"] = lambda: run_generated(train, session, state, other)
+    if opts.noise_control:
+        variants["bare_again"] = variants["bare"]
     if pl is not None:
         variants["lightning"] = lightning_runner(pl, session, args, workdir / "lightning")
     eval_variants = {
@@ -340,7 +361,10 @@ def measure(opts: argparse.Namespace, project: Path, workdir: Path) -> dict[str,
                     (train_samples, variants, rounds),
                     (eval_samples, eval_variants, eval_rounds),
                 ):
-                    for name, run in runs.items():
+                    names = list(runs)
+                    shift = len(foreign_loads) % len(names)  # rotate: no variant always runs first
+                    for name in names[shift:] + names[:shift]:
+                        run = runs[name]
                         gc.collect()
                         results[name].append(samples / run())
                 load = None
@@ -405,10 +429,10 @@ def table(result: dict[str, Any]) -> str:
         return f"**{statistics.median(values):.3f}** [{min(values):.3f}, {max(values):.3f}]"
 
     rows.append(f"| {bs} | train | generated (train_one_epoch) | {sps['generated']:.0f} | |")
+    labels = {"bare_again": "bare again (noise control: differs from bare by noise alone)"}
     for name, values in per_round["ratio_vs"].items():
-        rows.append(
-            f"| {bs} | train | {name.replace('_depth', ', --prefetch-depth ')} | {sps[name]:.0f} | {ratio(values)} |"
-        )
+        label = labels.get(name, name.replace("_depth", ", --prefetch-depth "))
+        rows.append(f"| {bs} | train | {label} | {sps[name]:.0f} | {ratio(values)} |")
     if sps["lightning"] is None:
         rows.append(f"| {bs} | train | lightning | not installed | |")
     rows.append(f"| {bs} | eval | generated (validate) | {sps['generated_eval']:.0f} | |")
@@ -420,8 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     """Render, measure, print the table, write the JSON; with --check, exit 1 if a target is missed."""
     opts = get_args_parser().parse_args(argv)
     opts.steps = opts.steps or (10 if opts.quick else 50)
-    opts.rounds = opts.rounds or (5 if opts.quick else 9)
-    opts.eval_batches = opts.eval_batches or (8 if opts.quick else 20)
+    opts.rounds = opts.rounds or (9 if opts.quick else 20)
+    opts.max_seconds = opts.max_seconds or (100 if opts.quick else 3600)
+    opts.eval_batches = opts.eval_batches or (16 if opts.quick else 20)
     if opts.max_foreign_load is None and not opts.quick:
         opts.max_foreign_load = 0.1
     started = time.perf_counter()

@@ -27,7 +27,7 @@ def test_help_lists_the_documented_flags():
     assert result.returncode == 0
     for flag in ("--dataset", "--data-dir", "--download", "--img-size", "--epochs", "--batch-size", "--lr", "--device",
                  "--num-workers", "--seed", "--output-dir", "--log-interval", "--max-steps-per-epoch", "--resume",
-                 "--no-prefetch"):  # fmt: skip
+                 "--prefetch-depth"):  # fmt: skip
         assert flag in result.stdout
     assert "(default: 5)" in result.stdout  # ArgumentDefaultsHelpFormatter shows the real defaults
 
@@ -129,6 +129,26 @@ def test_no_thread_left_behind(train_script, tiny_args):
     while set(threading.enumerate()) - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [t for t in set(threading.enumerate()) - before if t.is_alive()]
+
+
+@pytest.mark.parametrize(("flags", "threads"), [([], 0), (["--prefetch-depth", "2"], 1)], ids=["default", "depth-2"])
+def test_prefetch_thread_only_when_asked_for_on_the_cpu(train_script, tiny_args, flags, threads):
+    """On the CPU the default loads batches in the loop's thread; --prefetch-depth 2 starts one loader thread."""
+    seen = []  # loader threads alive at each forward
+
+    def count_loader_threads(*_: object) -> None:
+        seen.append(sum(isinstance(t, train_script.data.BackgroundGenerator) for t in threading.enumerate()))
+
+    args = train_script.get_args_parser().parse_args([*tiny_args, *flags, "--max-steps-per-epoch", "2"])
+    session, state = train_script.setup(args)
+    session.model.register_forward_pre_hook(count_loader_threads)
+    with train_script.runtime.StopSignal() as stop:
+        assert train_script.train_one_epoch(
+            session.wrapped, session.optimizer, session.scheduler, session.scaler, session.train_loader,
+            session.device, state, args, session.logger, stop,
+        )  # fmt: skip
+    session.logger.close()
+    assert seen == [threads, threads]
 
 
 def test_training_and_eval_modes_and_hooks(train_script, tiny_args):

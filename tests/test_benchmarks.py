@@ -1,0 +1,61 @@
+"""The benchmarks run, and the generated loop keeps up with a bare loop (benchmarks/loop_overhead.py --quick).
+
+Also runs benchmarks/gpu.py's CPU smoke path. Run: pytest tests/test_benchmarks.py (about 2 minutes)
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO
+
+# The issue's target is 0.97, and the README's table (20 rounds on a quiet machine) meets it.
+# --quick runs at most 9 rounds of 10 steps on whatever else the 2 CI cores are running: there,
+# two identical bare loops measured against each other came out up to 4 % apart in the median,
+# and further apart while neighbours were busy. 0.90 holds through that noise and still catches
+# a regression of the size found while building this benchmark: a BackgroundGenerator thread on
+# the CPU competes with torch's compute threads for the cores and cost the loop 14-21 %.
+CI_RATIO_VS_BARE = 0.90
+
+
+def test_loop_overhead_quick(tmp_path):
+    path = tmp_path / "loop_overhead.json"
+    command = [sys.executable, "benchmarks/loop_overhead.py", "--quick", "--json", str(path)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "| 64 | train | bare |" in result.stdout  # the table the README shows
+
+    report = json.loads(path.read_text())
+    for key in ("ratio_vs_bare", "eval_ratio_vs_bare"):
+        assert isinstance(report[key], float) and report[key] > 0
+    speeds = report["samples_per_s"]
+    assert all(isinstance(speeds[name], float) and speeds[name] > 0 for name in ("generated", "bare"))
+    assert all(isinstance(speeds[f"{name}_eval"], float) for name in ("generated", "bare"))
+    if report["lightning_version"] is None:  # optional: measured only where Lightning is installed
+        assert report["ratio_vs_lightning"] is None and speeds["lightning"] is None
+    else:
+        assert isinstance(report["ratio_vs_lightning"], float) and isinstance(speeds["lightning"], float)
+    assert report["seconds"] < 180, "--quick must finish in under 3 minutes"
+    assert report["ratio_vs_bare"] >= CI_RATIO_VS_BARE, result.stdout
+    assert report["eval_ratio_vs_bare"] >= CI_RATIO_VS_BARE, result.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")
+def test_gpu_benchmark_says_it_needs_cuda():
+    result = subprocess.run([sys.executable, "benchmarks/gpu.py"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "CUDA" in result.stderr and "--device cpu --quick" in result.stderr
+
+
+def test_gpu_benchmark_smoke_on_cpu(tmp_path):
+    """The GPU script's own code path, on the CPU with the small model: the numbers mean nothing."""
+    path = tmp_path / "gpu.json"
+    command = [sys.executable, "benchmarks/gpu.py", "--device", "cpu", "--quick", "--models", "default"]
+    result = subprocess.run([*command, "--json", str(path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    model = json.loads(path.read_text())["models"]["default"]
+    assert model["generated"]["images_per_s"] > 0 and model["bare"]["images_per_s"] > 0
+    assert model["train_gflop_per_image"] > 0 and isinstance(model["ratio_vs_bare"], float)
