@@ -1,7 +1,8 @@
 """Samples per second of the generated training loop, a bare PyTorch loop and Lightning, side by side.
 
-    python benchmarks/loop_overhead.py --batch-size 64 --also-prefetch-depth 2  # README table: ~10 min
-    python benchmarks/loop_overhead.py --quick --json result.json  # under 3 minutes: tests/test_benchmarks.py
+    python benchmarks/loop_overhead.py --batch-size 64 --also-prefetch-depth 2 --noise-control   # README: ~12 min
+    python benchmarks/loop_overhead.py --batch-size 128 --also-prefetch-depth 2 --noise-control  # ~20 min
+    python benchmarks/loop_overhead.py --quick --json result.json  # ~1.5 min: tests/test_benchmarks.py
 
 The script renders this template with its default answers into a temporary folder, imports the
 rendered train.py and builds everything with its setup(): the default TinyResNet, the built-in
@@ -37,14 +38,23 @@ Evaluation, the same way: train.py's validate() (evaluation.evaluate() plus summ
 bare loop under torch.no_grad() that sums the loss and the correct predictions, on the same
 validation DataLoader (--eval-batches batches).
 
-Method: one warm-up round, then rounds of generated, bare, [extras,] lightning, then generated and
-bare evaluation, each round starting one variant further on (a b c, b c a, c a b, ...) so that no
-variant always runs first or after the same other one. A run's samples/s is its samples / its
-seconds; each round gives the ratios generated / bare and generated / lightning, and the reported
-ratio is the median of the per-round ratios, so drift of the machine's speed cancels. Runs are
---steps long, a divisor of the default --log-interval 50, so the generated loop logs once per run:
-at --quick's 10 steps that is five times as often as train.py logs by default, which can only
-make it look slower. Outside --quick, a round counts only if other processes used at most
+What each loop adds per step, on a near-zero model (micro_session(): a 4-channel TinyResNet on
+8x8 images in batches of 8 from a TensorDataset, about 2 ms a step): generated, bare and
+lightning train it for --micro-steps steps, and the table gives each loop's microseconds per
+step over the bare loop's, paired by round, and that as a share of a default-model step. On the
+default model a 2-core machine's noise (see the bare-again row) is larger than any loop's own
+cost; here the costs stand out of it.
+
+Method: one warm-up run of everything, then rounds. A round runs each comparison as a pair of
+runs back to back: generated and bare, generated and each extra, generated and lightning; the
+evaluation pair; on the near-zero model bare and generated, bare and lightning. Pairs run in a
+random order and so do the two runs of a pair (seeded), so that no run always follows the same
+other one. A run's samples/s is its samples / its seconds; each pair gives one ratio (generated /
+the other), and the reported ratio is the median of a comparison's per-round ratios: the two
+runs of a pair are seconds apart, so drift of the machine's speed cancels. Runs are
+--steps long, fewer than the default --log-interval 50, so the generated loop (and Lightning) log
+once per run, at its end: more often than train.py logs by default, which can only make it look
+slower. Outside --quick, a round counts only if other processes used at most
 --max-foreign-load of the CPUs meanwhile (read from /proc/stat on Linux); busy rounds are
 printed, dropped and run again.
 """
@@ -57,6 +67,7 @@ import json
 import logging
 import os
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -71,16 +82,20 @@ import torch.nn.functional as F  # noqa: N812 - the usual alias
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_TARGET, LIGHTNING_TARGET = 0.97, 1.0  # the issue's targets for ratio_vs_bare and ratio_vs_lightning
+MICRO_BATCH = 8
 
 
 def get_args_parser() -> argparse.ArgumentParser:
     """The benchmark's flags."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=64, help="samples per step (train.py's default: 64)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 50, quick 10)")
-    parser.add_argument("--rounds", type=int, default=None, help="measured rounds after warm-up (default 20, quick 9)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 20, quick 10)")
+    parser.add_argument("--rounds", type=int, default=None, help="measured rounds after warm-up (default 30, quick 9)")
     parser.add_argument(
         "--eval-batches", type=int, default=None, help="batches per evaluation run (default 20, quick 16)"
+    )
+    parser.add_argument(
+        "--micro-steps", type=int, default=None, help="steps per run of the near-zero model (default 400, quick 150)"
     )
     parser.add_argument("--device", default="cpu", help="cpu (what the targets are for), cuda, ...")
     parser.add_argument("--quick", action="store_true", help="fewer, shorter runs: under 3 minutes on 2 CPU cores")
@@ -284,6 +299,29 @@ def run_bare_eval(session: Any, memory_format: torch.memory_format) -> float:
     return seconds
 
 
+def micro_session(train: ModuleType, opts: argparse.Namespace, workdir: Path) -> tuple[Any, Any, argparse.Namespace]:
+    """A session whose steps cost almost nothing, so that what each loop adds per step shows.
+
+    A 4-channel TinyResNet on 8x8 images in batches of 8, fed from images made once and held
+    in a TensorDataset (the project's sampler, default collation): a step takes about a
+    millisecond, data loading a small part of it.
+    """
+    args = train.get_args_parser().parse_args(
+        [
+            "--device", opts.device, "--batch-size", str(MICRO_BATCH), "--img-size", "8", "--widths", "4",
+            "--shapes-train-size", str(opts.micro_steps * MICRO_BATCH), "--shapes-val-size", str(MICRO_BATCH),
+            "--epochs", "1000", "--progress", "always",
+            "--output-dir", str(workdir / "runs"), "--run-name", "micro",
+        ]
+    )  # fmt: skip
+    session, state = train.setup(args)
+    loader = session.train_loader
+    images, targets = zip(*(loader.dataset[i] for i in range(len(loader.dataset))), strict=True)
+    dataset = torch.utils.data.TensorDataset(torch.stack(images), torch.tensor(targets))
+    session.train_loader = torch.utils.data.DataLoader(dataset, batch_size=MICRO_BATCH, sampler=loader.sampler)
+    return session, state, args
+
+
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
     cpu = platform.processor() or platform.machine()
@@ -303,7 +341,7 @@ def machine() -> dict[str, Any]:
 
 
 def measure(opts: argparse.Namespace, project: Path, workdir: Path) -> dict[str, Any]:
-    """Run every variant, alternating, and return the issue's JSON fields plus the raw rounds."""
+    """Run every comparison in pairs, round after round; return the issue's JSON fields plus the raw pairs."""
     train = import_train(project)
     pl = None if opts.no_lightning else import_lightning()
     args = train.get_args_parser().parse_args(
@@ -336,10 +374,24 @@ def measure(opts: argparse.Namespace, project: Path, workdir: Path) -> dict[str,
         "generated": lambda: run_generated_eval(train, session, args),
         "bare": lambda: run_bare_eval(session, memory_format),
     }
+    micro, micro_state, micro_args = micro_session(train, opts, workdir)
+    micro_variants = {
+        "generated": lambda: run_generated(train, micro, micro_state, micro_args),
+        "bare": lambda: run_bare(micro, torch.contiguous_format),
+    }
+    if pl is not None:
+        micro_variants["lightning"] = lightning_runner(pl, micro, micro_args, workdir / "lightning-micro")
     train_samples = len(session.train_loader) * opts.batch_size
     eval_samples = len(session.val_loader.dataset)
-    rounds: dict[str, list[float]] = {name: [] for name in variants}
-    eval_rounds: dict[str, list[float]] = {name: [] for name in eval_variants}
+    micro_steps = len(micro.train_loader)
+    groups = {  # reference variant, its variants, and what a run's seconds become
+        "train": ("generated", variants, lambda seconds: train_samples / seconds),  # samples/s
+        "eval": ("generated", eval_variants, lambda seconds: eval_samples / seconds),  # samples/s
+        "micro": ("bare", micro_variants, lambda seconds: seconds / micro_steps * 1e6),  # microseconds per step
+    }
+    # pairs[group][name][round] = (the reference's figure, name's figure), from two runs back to back
+    pairs = {group: {name: [] for name in runs if name != ref} for group, (ref, runs, _) in groups.items()}
+    order = random.Random(0)  # a fresh order each round, so that no run always follows the same other one
     foreign_loads: list[float | None] = []
     console, deadline = sys.stdout, time.perf_counter() + opts.max_seconds
     try:
@@ -351,54 +403,65 @@ def measure(opts: argparse.Namespace, project: Path, workdir: Path) -> dict[str,
             warnings.catch_warnings(),
         ):
             warnings.simplefilter("ignore")  # Lightning's advice on num_workers and log intervals
-            for run in [*variants.values(), *eval_variants.values()]:  # warm-up: not measured
+            for run in [*variants.values(), *eval_variants.values(), *micro_variants.values()]:  # warm-up
                 run()
             while sum(quiet(load, opts) for load in foreign_loads) < opts.rounds:
                 if foreign_loads and time.perf_counter() > deadline:
                     break
                 before, started = foreign_cpu_seconds(), time.perf_counter()
-                for samples, runs, results in (
-                    (train_samples, variants, rounds),
-                    (eval_samples, eval_variants, eval_rounds),
-                ):
-                    names = list(runs)
-                    shift = len(foreign_loads) % len(names)  # rotate: no variant always runs first
-                    for name in names[shift:] + names[:shift]:
-                        run = runs[name]
-                        gc.collect()
-                        results[name].append(samples / run())
+                for group, (ref, runs, figure) in groups.items():
+                    names = list(pairs[group])
+                    order.shuffle(names)
+                    for name in names:  # the reference and this variant back to back, in a random order
+                        pair = [ref, name]
+                        order.shuffle(pair)
+                        figures = {}
+                        for variant in pair:
+                            gc.collect()
+                            figures[variant] = figure(runs[variant]())
+                        pairs[group][name].append((figures[ref], figures[name]))
                 load = None
                 if before is not None:
                     load = (foreign_cpu_seconds() - before) / ((time.perf_counter() - started) * os.cpu_count())
                 foreign_loads.append(load)
-                line = "  ".join(f"{name} {values[-1]:6.0f}" for name, values in rounds.items())
+                line = "  ".join(f"{name} {values[-1][1]:6.0f}" for name, values in pairs["train"].items())
+                line = f"generated {pairs['train']['bare'][-1][0]:6.0f}  {line}"
                 state_text = "kept" if quiet(load, opts) else "dropped: other processes were busy"
                 load_text = "n/a" if load is None else f"{load:.2f}"
                 print(f"round {len(foreign_loads)}: train samples/s {line}; foreign load {load_text}, {state_text}",
                       file=console, flush=True)  # fmt: skip
     finally:
         session.logger.close()
+        micro.logger.close()
 
     keep = [quiet(load, opts) for load in foreign_loads]
     busy = sum(keep) < min(3, opts.rounds)
     if busy:  # never quiet enough: report every round rather than none
         keep = [True] * len(foreign_loads)
-    rounds = {name: [v for v, k in zip(values, keep, strict=True) if k] for name, values in rounds.items()}
-    eval_rounds = {name: [v for v, k in zip(values, keep, strict=True) if k] for name, values in eval_rounds.items()}
+    pairs = {
+        group: {name: [pair for pair, k in zip(values, keep, strict=True) if k] for name, values in by_name.items()}
+        for group, by_name in pairs.items()
+    }
 
-    def paired(a: list[float], b: list[float]) -> list[float]:
-        return [x / y for x, y in zip(a, b, strict=True)]
+    def medians(group: str) -> dict[str, float]:
+        """The median figure of each variant of a group; the reference's over all its runs."""
+        ref, by_name = groups[group][0], pairs[group]
+        result = {ref: statistics.median(pair[0] for values in by_name.values() for pair in values)}
+        return result | {name: statistics.median(pair[1] for pair in values) for name, values in by_name.items()}
 
-    ratios = {name: paired(rounds["generated"], values) for name, values in rounds.items() if name != "generated"}
-    eval_ratios = paired(eval_rounds["generated"], eval_rounds["bare"])
-    samples_per_s = {name: statistics.median(values) for name, values in rounds.items()}
+    ratios = {name: [g / x for g, x in values] for name, values in pairs["train"].items()}
+    eval_ratios = [g / x for g, x in pairs["eval"]["bare"]]
+    overhead = {name: [x - b for b, x in values] for name, values in pairs["micro"].items()}  # µs per step
+    samples_per_s = medians("train")
     samples_per_s.setdefault("lightning", None)
-    samples_per_s.update({f"{name}_eval": statistics.median(values) for name, values in eval_rounds.items()})
+    samples_per_s.update({f"{name}_eval": value for name, value in medians("eval").items()})
     return {
         "ratio_vs_bare": statistics.median(ratios["bare"]),
         "ratio_vs_lightning": statistics.median(ratios["lightning"]) if "lightning" in ratios else None,
         "samples_per_s": samples_per_s,
         "eval_ratio_vs_bare": statistics.median(eval_ratios),
+        "loop_us_per_step": medians("micro"),
+        "overhead_us_per_step": {name: statistics.median(values) for name, values in overhead.items()},
         "batch_size": opts.batch_size,
         "steps": opts.steps,
         "rounds": sum(keep),
@@ -410,10 +473,10 @@ def measure(opts: argparse.Namespace, project: Path, workdir: Path) -> dict[str,
         "quick": opts.quick,
         "lightning_version": getattr(pl, "__version__", None),
         "per_round": {
-            "train_samples_per_s": rounds,
-            "eval_samples_per_s": eval_rounds,
+            "pairs": pairs,  # group -> variant -> per round: [the reference's figure, the variant's figure]
             "ratio_vs": ratios,
             "eval_ratio_vs_bare": eval_ratios,
+            "overhead_us_per_step": overhead,
         },
     }
 
@@ -440,13 +503,31 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def overhead_table(result: dict[str, Any]) -> str:
+    """A Markdown table of what each loop adds per step on the near-zero model, and its share of a real step."""
+    step_us = 1e6 * result["batch_size"] / result["samples_per_s"]["bare"]  # the bare loop's default-model step
+    added = "µs added to the bare loop's step: median [min, max] of rounds"
+    share = f"added / a default-model step at batch {result['batch_size']} ({step_us / 1000:.0f} ms)"
+    rows = [
+        f"| loop (near-zero model) | µs per step (median) | {added} | {share} |",
+        "|---|---|---|---|",
+        f"| bare | {result['loop_us_per_step']['bare']:.0f} | | |",
+    ]
+    for name, values in result["per_round"]["overhead_us_per_step"].items():
+        median = statistics.median(values)
+        spread = f"**{median:+.0f}** [{min(values):+.0f}, {max(values):+.0f}]"
+        rows.append(f"| {name} | {result['loop_us_per_step'][name]:.0f} | {spread} | {100 * median / step_us:.2f} % |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Render, measure, print the table, write the JSON; with --check, exit 1 if a target is missed."""
     opts = get_args_parser().parse_args(argv)
-    opts.steps = opts.steps or (10 if opts.quick else 50)
-    opts.rounds = opts.rounds or (9 if opts.quick else 20)
+    opts.steps = opts.steps or (10 if opts.quick else 20)
+    opts.rounds = opts.rounds or (9 if opts.quick else 30)
     opts.max_seconds = opts.max_seconds or (100 if opts.quick else 3600)
     opts.eval_batches = opts.eval_batches or (16 if opts.quick else 20)
+    opts.micro_steps = opts.micro_steps or (150 if opts.quick else 400)
     if opts.max_foreign_load is None and not opts.quick:
         opts.max_foreign_load = 0.1
     started = time.perf_counter()
@@ -465,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     if result["busy_machine"]:
         print(f"WARNING: fewer than 3 rounds with foreign load <= {opts.max_foreign_load}: every round is reported")
     print(table(result))
+    print(overhead_table(result))
     lightning = result["ratio_vs_lightning"]
     met = result["ratio_vs_bare"] >= TRAIN_TARGET and (lightning is None or lightning >= LIGHTNING_TARGET)
     print(

@@ -1,12 +1,17 @@
-"""The compute efficiency train.py reports is true: with a known delay in data loading it matches a clock of its own.
+"""The training loop's own costs: the compute efficiency it reports is true, and it reads the device only to log.
 
 Run: pytest tests/test_efficiency.py
 """
 
 import json
+import sys
 import time
+from pathlib import Path
 
 import pytest
+import torch
+
+from conftest import ROOT
 
 STEPS, LOG_INTERVAL = 18, 6  # three log lines, three efficiencies to check
 DATA_DELAY = 0.04  # seconds of sleep per batch, in the loader: a slow disk
@@ -68,3 +73,45 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
         assert abs(reported - measured) <= 0.05, f"window {k}: reported {reported:.3f}, measured {measured:.3f}"
     if not prefetch:  # every batch was waited for in full: the data time holds at least the sleep
         assert all(record["data_ms"] >= 1000 * DATA_DELAY for record in train)
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Records each line of the project's code that reads a tensor's value on the host.
+
+    On a GPU each such read waits for the device to finish its queue. The input pipeline
+    (data.py, shapes.py) is left out: it reads tensors that live on the host anyway.
+    """
+
+    READS = frozenset(
+        (torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.__bool__,
+         torch.Tensor.__float__, torch.Tensor.__int__, torch.Tensor.__format__)
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sites: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS:
+            caller = sys._getframe(1)  # the code that called the method: tensor methods add no Python frame
+            path = Path(caller.f_code.co_filename)
+            ours = path.is_relative_to(ROOT) and "site-packages" not in path.parts
+            if ours and path.name not in ("data.py", "shapes.py"):
+                self.sites.append(f"{path.name}:{caller.f_lineno}")
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_loop_reads_the_device_only_to_log(train_script, tiny_args):
+    """12 steps, a log line every 4: three host reads, all at the one line that fetches a window's losses."""
+    flags = [*tiny_args, "--shapes-train-size", str(16 * 12), "--log-interval", "4"]
+    args = train_script.get_args_parser().parse_args(flags)
+    session, state = train_script.setup(args)
+    reads = HostReads()
+    with train_script.runtime.StopSignal() as stop, reads:
+        assert train_script.train_one_epoch(
+            session.wrapped, session.optimizer, session.scheduler, session.scaler, session.train_loader,
+            session.device, state, args, session.logger, stop,
+        )  # fmt: skip
+    session.logger.close()
+    assert state.global_step == 12
+    assert len(reads.sites) == 12 // 4 and len(set(reads.sites)) == 1, reads.sites
