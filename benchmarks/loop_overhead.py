@@ -1,7 +1,8 @@
 """Samples per second of the generated training loop, a bare PyTorch loop and Lightning, side by side.
 
-    python benchmarks/loop_overhead.py --batch-size 64 --also-prefetch-depth 2 --noise-control   # README: ~12 min
-    python benchmarks/loop_overhead.py --batch-size 128 --also-prefetch-depth 2 --noise-control  # ~20 min
+    # The README's tables, about 20 minutes each on 2 cores:
+    python benchmarks/loop_overhead.py --batch-size 64 --rounds 60 --also-prefetch-depth 2 --noise-control
+    python benchmarks/loop_overhead.py --batch-size 128 --also-prefetch-depth 2 --noise-control
     python benchmarks/loop_overhead.py --quick --json result.json  # ~1.5 min: tests/test_benchmarks.py
 
 The script renders this template with its default answers into a temporary folder, imports the

@@ -12,7 +12,7 @@ import torch
 
 from conftest import REPO
 
-# The target is 0.97, and the README's table (20 rounds on a quiet machine) meets it.
+# The target is 0.97, and the README's tables (60 and 30 rounds on a quiet machine) meet it.
 # --quick runs at most 9 rounds of 10 steps on whatever else the 2 CI cores are running: there,
 # two identical bare loops measured against each other came out up to 4 % apart in the median,
 # and further apart while neighbours were busy. 0.90 holds through that noise and still catches
