@@ -240,7 +240,7 @@ def prefetch_depth(requested: int | None, device: torch.device, num_workers: int
 
     It pays on a GPU with num_workers 0: the loop's thread would load each batch while the GPU
     waits. On the CPU, torch's compute threads already use every core and a loading thread only
-    competes with them (it cost the loop about 20 % on 2 cores); with DataLoader workers, other
+    competes with them (it made the loop 6-20 % slower on 2 cores); with DataLoader workers, other
     processes already load ahead.
     """
     if requested is not None:
