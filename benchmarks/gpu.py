@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from loop_overhead import REPO, import_train, render
+from loop_overhead import REPO, import_train, render, synchronize
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -94,12 +94,6 @@ class Batches:
     def __iter__(self):
         for i in range(self.steps):
             yield self.batches[i % len(self.batches)]
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device, so a run's clock covers its kernels."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def build(train: ModuleType, name: str, args: argparse.Namespace, device: torch.device) -> nn.Module:

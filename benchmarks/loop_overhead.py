@@ -304,8 +304,8 @@ def micro_session(train: ModuleType, opts: argparse.Namespace, workdir: Path) ->
     """A session whose steps cost almost nothing, so that what each loop adds per step shows.
 
     A 4-channel TinyResNet on 8x8 images in batches of 8, fed from images made once and held
-    in a TensorDataset (the project's sampler, default collation): a step takes about a
-    millisecond, data loading a small part of it.
+    in a TensorDataset (the project's sampler, default collation): a step takes about 2 ms,
+    data loading a small part of it.
     """
     args = train.get_args_parser().parse_args(
         [

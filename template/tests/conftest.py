@@ -19,6 +19,15 @@ def load_script(name: str) -> ModuleType:
     return module
 
 
+def run_one_epoch(train_script: ModuleType, session, state, args) -> bool:
+    """train.py's train_one_epoch() on what its setup() built, called as fit() calls it."""
+    with train_script.runtime.StopSignal() as stop:
+        return train_script.train_one_epoch(
+            session.wrapped, session.optimizer, session.scheduler, session.scaler, session.train_loader,
+            session.device, state, args, session.logger, stop,
+        )  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def train_script() -> ModuleType:
     return load_script("train")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, run_one_epoch
 
 STEPS, LOG_INTERVAL = 18, 6  # three log lines, three efficiencies to check
 DATA_DELAY = 0.04  # seconds of sleep per batch, in the loader: a slow disk
@@ -53,12 +53,8 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
         logged.append(time.perf_counter())
 
     session.logger.log_train = log_train_and_clock
-    with train_script.runtime.StopSignal() as stop:
-        logged.append(time.perf_counter())
-        assert train_script.train_one_epoch(
-            session.wrapped, session.optimizer, session.scheduler, session.scaler, session.train_loader,
-            session.device, state, args, session.logger, stop,
-        )  # fmt: skip
+    logged.append(time.perf_counter())
+    assert run_one_epoch(train_script, session, state, args)
     session.logger.close()
 
     assert len(starts) == len(ends) == STEPS
@@ -107,11 +103,8 @@ def test_the_loop_reads_the_device_only_to_log(train_script, tiny_args):
     args = train_script.get_args_parser().parse_args(flags)
     session, state = train_script.setup(args)
     reads = HostReads()
-    with train_script.runtime.StopSignal() as stop, reads:
-        assert train_script.train_one_epoch(
-            session.wrapped, session.optimizer, session.scheduler, session.scaler, session.train_loader,
-            session.device, state, args, session.logger, stop,
-        )  # fmt: skip
+    with reads:
+        assert run_one_epoch(train_script, session, state, args)
     session.logger.close()
     assert state.global_step == 12
     assert len(reads.sites) == 12 // 4 and len(set(reads.sites)) == 1, reads.sites

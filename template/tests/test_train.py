@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, run_one_epoch
 
 
 def run_dir(args: list[str]) -> Path:
@@ -142,11 +142,7 @@ def test_prefetch_thread_only_when_asked_for_on_the_cpu(train_script, tiny_args,
     args = train_script.get_args_parser().parse_args([*tiny_args, *flags, "--max-steps-per-epoch", "2"])
     session, state = train_script.setup(args)
     session.model.register_forward_pre_hook(count_loader_threads)
-    with train_script.runtime.StopSignal() as stop:
-        assert train_script.train_one_epoch(
-            session.wrapped, session.optimizer, session.scheduler, session.scaler, session.train_loader,
-            session.device, state, args, session.logger, stop,
-        )  # fmt: skip
+    assert run_one_epoch(train_script, session, state, args)
     session.logger.close()
     assert seen == [threads, threads]
 
@@ -157,11 +153,7 @@ def test_training_and_eval_modes_and_hooks(train_script, tiny_args):
     session, state = train_script.setup(args)
     modes = []
     session.model.register_forward_pre_hook(lambda module, inputs: modes.append(module.training))
-    with train_script.runtime.StopSignal() as stop:
-        assert train_script.train_one_epoch(
-            session.wrapped, session.optimizer, session.scheduler, session.scaler, session.train_loader,
-            session.device, state, args, session.logger, stop,
-        )  # fmt: skip
+    assert run_one_epoch(train_script, session, state, args)
     assert modes == [True, True]
     metrics = train_script.validate(session, args)
     session.logger.close()
