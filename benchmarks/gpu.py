@@ -149,7 +149,7 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
     x, y = batches[0][0][:flop_images].to(device), batches[0][1][:flop_images].to(device)
     flops = train_flops_per_image(model, x.contiguous(memory_format=torch.channels_last), y, autocast)
 
-    wrapped = train.wrap_model(model, device, args)  # torch.compile, as train.py does with --compile
+    wrapped = train.distributed.wrap(model, device, compile=args.compile)  # as train.py's setup() does
     logger = train.RunLogger(workdir / "runs" / name, True, args.progress)
     state = train.checkpoint.RunState()
     memory_format = torch.channels_last

@@ -538,6 +538,7 @@ def test_image_folder_from_data_dir_alone_trains_and_evaluates(train_script, tes
     state = torch.load(run_dir(argv) / "last.pt", weights_only=True)
     assert state["classes"] == ["dark", "light"]
     assert state["run_state"]["global_step"] == 3  # 12 images in batches of 4
+    assert json.loads((run_dir(argv) / "args.json").read_text())["dataset"] == "imagefolder"  # what was used
 
     assert test_script.main([str(run_dir(argv) / "best.pt"), "--device", "cpu"]) == 0
     report = json.loads((run_dir(argv) / "best.pt.eval.json").read_text())
@@ -556,4 +557,4 @@ def test_missing_mnist_without_download_fails_in_one_line(train_script, tiny_arg
     err = capsys.readouterr().err.strip()
     assert "--download" in err and "mnist" in err and len(err.splitlines()) == 1
     assert not [p for p in empty.rglob("*") if p.is_file()]  # nothing was downloaded
-    assert not (run_dir(argv) / "last.pt").exists()
+    assert not run_dir(argv).exists()  # the run directory is made only once everything is set up

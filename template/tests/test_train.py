@@ -29,7 +29,10 @@ def test_help_lists_the_documented_flags():
                  "--num-workers", "--seed", "--output-dir", "--log-interval", "--max-steps-per-epoch", "--resume",
                  "--prefetch-depth"):  # fmt: skip
         assert flag in result.stdout
-    assert "(default: 5)" in result.stdout  # ArgumentDefaultsHelpFormatter shows the real defaults
+    text = " ".join(result.stdout.split())  # argparse wraps lines
+    assert "(default: 5)" in text  # the real defaults are shown ...
+    assert "(default: None)" not in text and "(default: the start time" in text  # ... where there is one
+    assert "channels per stage, e.g. 8,16 (default: 16,32,64)" in text
 
 
 def test_smoke_train_then_evaluate(train_script, test_script, tiny_args, capsys):
@@ -59,13 +62,16 @@ def train_losses(directory: Path) -> list[float]:
     return [r["loss"] for r in records if r["split"] == "train"]
 
 
-def test_resume_is_exact(train_script, tiny_args, tmp_path):
-    """Two epochs in one run == one epoch, then --resume for the second: same losses, same weights, bit for bit."""
+def test_extending_a_run_with_a_step_schedule_is_exact(train_script, tiny_args, tmp_path):
+    """--epochs 2 in one run == --epochs 1, then --resume --epochs 2: same losses, same weights, bit for bit.
+
+    Only the --epochs is given on resume: every other flag comes from the checkpoint.
+    """
     common = [*tiny_args, "--scheduler", "step", "--step-epochs", "1", "--lr-gamma", "0.5", "--warmup-epochs", "0",
               "--mixup-alpha", "0.4"]  # fmt: skip
     assert train_script.main([*common, "--epochs", "2", "--output-dir", str(tmp_path / "a")]) == 0
     assert train_script.main([*common, "--epochs", "1", "--output-dir", str(tmp_path / "b")]) == 0
-    assert train_script.main([*common, "--epochs", "2", "--resume", str(tmp_path / "b" / "run")]) == 0
+    assert train_script.main(["--resume", str(tmp_path / "b" / "run"), "--epochs", "2", "--device", "cpu"]) == 0
 
     straight, resumed = tmp_path / "a" / "run", tmp_path / "b" / "run"
     assert train_losses(straight) == train_losses(resumed)
@@ -76,8 +82,97 @@ def test_resume_is_exact(train_script, tiny_args, tmp_path):
     assert (resumed / "args-resume-step6.json").is_file()  # the first run's args.json is kept
 
 
+def test_extending_a_cosine_run_recomputes_the_rest_of_the_curve(train_script, tiny_args, tmp_path):
+    """With cosine, the resumed epoch runs at the learning rates of a 2-epoch curve (the README's promise)."""
+    common = [*tiny_args, "--log-interval", "1", "--warmup-epochs", "0"]
+    assert train_script.main([*common, "--epochs", "2", "--output-dir", str(tmp_path / "a")]) == 0
+    assert train_script.main([*common, "--epochs", "1", "--output-dir", str(tmp_path / "b")]) == 0
+    assert train_script.main(["--resume", str(tmp_path / "b" / "run"), "--epochs", "2", "--device", "cpu"]) == 0
+
+    def rates(directory: Path) -> list[float]:
+        return [r["lr"] for r in map(json.loads, (directory / "metrics.jsonl").read_text().splitlines()) if "lr" in r]
+
+    straight, resumed = rates(tmp_path / "a" / "run"), rates(tmp_path / "b" / "run")
+    assert resumed[6:] == straight[6:]  # epoch 2 follows the 2-epoch curve ...
+    assert resumed[:6] != straight[:6]  # ... epoch 1 had followed the 1-epoch one: not the same run
+
+
+def test_resume_continues_with_the_runs_own_flags(train_script, tiny_args, tmp_path):
+    """The README's `--resume runs/<run> --epochs 2` keeps the image size, batch size, data and schedule."""
+    assert train_script.main(tiny_args) == 0
+    directory = run_dir(tiny_args)
+    assert train_script.main(["--resume", str(directory), "--epochs", "2", "--log-interval", "1"]) == 0
+    state = torch.load(directory / "last.pt", weights_only=True)
+    assert state["run_state"]["epoch"] == 2 and state["run_state"]["global_step"] == 12  # 96 images / 16, twice
+    saved = state["args"]
+    assert (saved["img_size"], saved["batch_size"], saved["shapes_train_size"]) == (16, 16, 96)
+    assert saved["widths"] == [8, 16]
+    assert (saved["epochs"], saved["log_interval"], saved["dataset"]) == (2, 1, "shapes")
+    assert saved["device"] == "auto"  # the machine's flags are this invocation's
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--batch-size", "32"], "--batch-size 32 differs from the run's 16"),
+        (["--img-size", "32"], "--img-size 32 differs from the run's 16"),
+        (["--widths", "8,32"], "--widths 8,32 differs from the run's 8,16"),
+        (["--lr", "0.1"], "--lr 0.1 differs from the run's 0.002"),
+        (["--data-dir", "elsewhere"], "--data-dir elsewhere differs from the run's (not set)"),
+        (["--output-dir", "elsewhere"], "--resume continues in the checkpoint's own directory"),
+        (["--run-name", "other"], "--resume continues in the checkpoint's own directory"),
+    ],
+    ids=lambda value: value[0] if isinstance(value, list) else None,
+)
+def test_resume_refuses_a_flag_that_changes_the_run(train_script, tiny_args, capsys, flags, message):
+    assert train_script.main(tiny_args) == 0
+    directory = run_dir(tiny_args)
+    before = {path.name: path.read_bytes() for path in directory.iterdir()}
+    capsys.readouterr()
+    assert train_script.main(["--resume", str(directory), "--epochs", "2", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert {path.name: path.read_bytes() for path in directory.iterdir()} == before  # nothing written
+
+
+def test_resuming_a_finished_run_says_so_and_writes_nothing(train_script, tiny_args, capsys):
+    assert train_script.main(tiny_args) == 0
+    directory = run_dir(tiny_args)
+    before = {path.name: path.read_bytes() for path in directory.iterdir()}
+    capsys.readouterr()
+    assert train_script.main(["--resume", str(directory)]) == 0
+    assert "is finished (epoch 1 of --epochs 1); resume with a larger --epochs" in capsys.readouterr().out
+    assert {path.name: path.read_bytes() for path in directory.iterdir()} == before
+
+
+def test_resuming_an_older_checkpoint_would_overwrite_last_and_is_refused(train_script, tiny_args, capsys):
+    assert train_script.main([*tiny_args, "--epochs", "2", "--keep-epochs", "2"]) == 0
+    directory = run_dir(tiny_args)
+    last = (directory / "last.pt").read_bytes()
+    assert train_script.main(["--resume", str(directory / "epoch-1.pt"), "--epochs", "3"]) == 2
+    assert f"would overwrite {directory / 'last.pt'}" in capsys.readouterr().err
+    assert (directory / "last.pt").read_bytes() == last
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(train_script, tiny_args, monkeypatch):
+    monkeypatch.setattr(train_script.checkpoint.time, "strftime", lambda fmt: "20260101-000000")
+    argv = tiny_args[: tiny_args.index("--run-name")]  # the default name: the start time
+    out = Path(argv[argv.index("--output-dir") + 1])
+    assert train_script.main(argv) == 0 and train_script.main(argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["20260101-000000", "20260101-000000-2"]
+    for name in ("20260101-000000", "20260101-000000-2"):
+        assert len(train_losses(out / name)) == 3  # each metrics.jsonl holds one run (6 steps, log every 2)
+
+
+def test_a_fresh_run_never_shares_an_existing_directory(train_script, tiny_args, capsys):
+    run_dir(tiny_args).mkdir(parents=True)  # e.g. a run that failed before its first checkpoint
+    assert train_script.main(tiny_args) == 2
+    assert "already exists; pick another --run-name" in capsys.readouterr().err
+
+
 def test_signal_saves_a_resumable_checkpoint(train_script, tiny_args, monkeypatch):
-    """SIGTERM mid-epoch: the step finishes, last.pt is written, exit 143; --resume then finishes the run."""
+    """SIGTERM mid-epoch, twice (as SLURM and torchrun deliver it): the current step finishes, last.pt is
+    written, exit 143, whatever --log-interval is; --resume then finishes the run."""
     real_step, calls = train_script.optimizer_step, []
 
     def step_then_signal(*args, **kwargs):
@@ -85,10 +180,10 @@ def test_signal_saves_a_resumable_checkpoint(train_script, tiny_args, monkeypatc
         calls.append(1)
         if len(calls) == 3:
             os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(train_script, "optimizer_step", step_then_signal)
-    # --log-interval 1: with several processes the stop is agreed on at log steps.
-    assert train_script.main([*tiny_args, "--log-interval", "1"]) == 128 + signal.SIGTERM
+    assert train_script.main([*tiny_args, "--log-interval", "50"]) == 128 + signal.SIGTERM
     state = torch.load(run_dir(tiny_args) / "last.pt", weights_only=True)
     assert state["run_state"]["epoch"] == 0 and state["run_state"]["batch_in_epoch"] == 3
 
@@ -96,6 +191,20 @@ def test_signal_saves_a_resumable_checkpoint(train_script, tiny_args, monkeypatc
     assert train_script.main([*tiny_args, "--resume", str(run_dir(tiny_args))]) == 0
     state = torch.load(run_dir(tiny_args) / "last.pt", weights_only=True)
     assert state["run_state"]["epoch"] == 1 and state["run_state"]["global_step"] == 6  # 96 images / 16 per batch
+
+
+def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_script, tiny_args, monkeypatch, capsys):
+    real_validate = train_script.validate
+
+    def validate_then_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_validate(*args, **kwargs)
+
+    monkeypatch.setattr(train_script, "validate", validate_then_signal)
+    assert train_script.main([*tiny_args, "--epochs", "3"]) == 128 + signal.SIGINT
+    state = torch.load(run_dir(tiny_args) / "last.pt", weights_only=True)
+    assert state["run_state"]["epoch"] == 1 and state["run_state"]["batch_in_epoch"] == 0  # epoch 1 saved, no more
+    assert f"resume with: python train.py --resume {run_dir(tiny_args)}" in capsys.readouterr().out
 
 
 def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(train_script, tiny_args, monkeypatch, capsys):
@@ -171,11 +280,23 @@ BAD_INPUTS = [
     (["--data-dir", "{tmp}/empty"], "does not exist"),
     (["--resume", "{tmp}/missing.pt"], "does not exist"),
     (["--resume", "{tmp}/corrupt.pt"], "is corrupt or not a PyTorch file"),
-    (["--resume", "{tmp}/other/run", "--widths", "8,32"], "different model config"),
+    (["--resume", "{tmp}/other/run", "--widths", "8,32"], "--widths 8,32 differs from the run's 8,16"),
     (["--amp", "fp16"], "--amp fp16 needs a GPU"),
     (["--output-dir", "{tmp}/a-file"], "is a file, not a directory"),
     (["--device", "tpu"], "is not a device"),
     (["--data-dir", "{tmp}/no-images"], "has no images"),
+    (["--seed", "-1"], "--seed: must be in [0, 4294967295]"),
+    (["--dropout", "1.5"], "--dropout: must be in [0, 1)"),
+    (["--label-smoothing", "2"], "--label-smoothing: must be in [0, 1)"),
+    (["--momentum", "1"], "--momentum: must be in [0, 1)"),
+    (["--scheduler", "plateau", "--lr-gamma", "1"], "--lr-gamma: must be in (0, 1)"),
+    (["--lr", "nan"], "--lr: must be a finite number"),
+    (["--clip-grad-norm", "inf"], "--clip-grad-norm: must be a finite number"),
+    (["--mixup-alpha", "-0.5"], "--mixup-alpha: must be >= 0"),
+    (["--warmup-epochs", "-1"], "--warmup-epochs: must be >= 0"),
+    (["--widths", "8,,16"], "--widths: expected comma-separated integers"),
+    (["--batch-size", "1"], "--batch-size 1 cannot train batch norm"),
+    (["--shapes-train-size", "8"], "fewer than one batch of 16"),
 ]
 
 
@@ -202,10 +323,14 @@ def test_bad_input_is_one_line_and_exit_2(train_script, tiny_args, bad_input_dir
     capsys.readouterr()
 
     flags = [flag.replace("{tmp}", str(tmp_path)) for flag in flags]
+    if "--resume" in flags:  # the run's own flags apply: give none but the one under test
+        tiny_args = []
     assert exit_code(train_script.main, [*tiny_args, *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert (tmp_path / "other" / "run" / "last.pt").read_bytes() == good  # nothing overwritten
+    if tiny_args:
+        assert not run_dir(tiny_args).exists()  # and no run directory left behind
 
 
 def exit_code(main, argv: list[str]) -> int:

@@ -2,13 +2,17 @@
 
 import argparse
 import contextlib
+import math
 import os
 import platform
 import random
 import signal
+import sys
 import threading
-from collections.abc import Callable
-from typing import Any, NoReturn
+import time
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any, NoReturn, Protocol, TextIO
 
 import numpy as np
 import torch
@@ -85,15 +89,37 @@ def environment(device: torch.device) -> dict[str, Any]:
     return info
 
 
+class Vote(Protocol):
+    """Shares stop requests among processes (distributed.StopVote); see StopSignal."""
+
+    def vote(self, request: int) -> int:
+        """Called once per step by every process: the agreed request, 0 to go on."""
+
+    def settle(self, request: int) -> int:
+        """The request agreed by all processes now (blocking)."""
+
+
 class StopSignal:
     """Record SIGINT and SIGTERM instead of dying mid-step, so training can save and exit cleanly.
 
-    Use as a context manager around the training loop and check `received` (the signal
-    number, or None) between steps. A second Ctrl-C raises KeyboardInterrupt at once.
+    Use as a context manager around the training loop. poll() runs once per optimizer step and
+    says whether to stop now; settle() says whether a signal came at all (at the end of an
+    epoch). `signal` is then the signal to stop for. With a `vote`, every process learns of a
+    signal any of them received and all stop at the same step.
+
+    A scheduler's SIGTERM often arrives twice (SLURM signals every process of a job step and
+    torchrun forwards it again), and so does Ctrl-C under torchrun: repeats never cut the save
+    short. Only a second Ctrl-C, pressed at least ESCALATE_AFTER seconds after the first
+    signal, raises KeyboardInterrupt at once.
     """
 
-    def __init__(self) -> None:
-        self.received: int | None = None
+    ESCALATE_AFTER = 1.0  # seconds: a launcher's duplicate arrives within milliseconds, a person's second press later
+
+    def __init__(self, vote: Vote | None = None) -> None:
+        self.received: int | None = None  # the first signal this process received
+        self.signal: int | None = None  # the signal all processes stop for, once poll() or settle() agreed on one
+        self.vote = vote
+        self._first_at = 0.0
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "StopSignal":
@@ -107,9 +133,34 @@ class StopSignal:
             signal.signal(sig, handler)
 
     def _handle(self, signum: int, frame: object) -> None:
-        if self.received is not None:
+        if self.received is None:
+            self.received, self._first_at = signum, time.monotonic()
+        elif signum == signal.SIGINT and time.monotonic() - self._first_at >= self.ESCALATE_AFTER:
             raise KeyboardInterrupt
-        self.received = signum
+
+    def poll(self) -> bool:
+        """True when the run should stop after this step (called once per step, by every process)."""
+        request = self.received or 0
+        agreed = self.vote.vote(request) if self.vote is not None else request
+        self.signal = agreed or None
+        return self.signal is not None
+
+    def settle(self) -> bool:
+        """True when any process has received a signal (blocks until all processes have said)."""
+        request = self.received or 0
+        agreed = self.vote.settle(request) if self.vote is not None else request
+        self.signal = agreed or None
+        return self.signal is not None
+
+
+def print_once(message: str, file: TextIO | None = None) -> None:
+    """print() a line; under torchrun from the first process of each machine only.
+
+    For what every process finds alike (a bad flag, missing data, a finished run): each would
+    print the same line. LOCAL_RANK is set by torchrun and unset otherwise.
+    """
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        print(message, file=file or sys.stdout)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -117,14 +168,77 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print `prog: error: message` and exit 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        print_once(f"{self.prog}: error: {message} (see --help)", sys.stderr)
+        self.exit(2)
+
+    def explicit(self, argv: list[str] | None, args: argparse.Namespace) -> set[str]:
+        """The flags (by dest) given in argv, as opposed to left at their defaults; args: parse_args(argv)."""
+        unset = object()  # argparse fills in defaults only for names the namespace does not have yet
+        probe = self.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(vars(args), unset)))
+        return {name for name, value in vars(probe).items() if value is not unset}
+
+    def restore(
+        self,
+        args: argparse.Namespace,
+        saved: dict[str, Any],
+        explicit: Collection[str],
+        may_change: Collection[str],
+        ignore: Collection[str],
+    ) -> None:
+        """Give `args` the flags a run was started with, from `saved` (its args as JSON), in place.
+
+        Flags in `ignore` keep this invocation's value. Flags in `may_change` take the saved
+        value unless given in `explicit`. Every other flag takes the saved value, and raises
+        UsageError, naming the flag and both values, when given with another one. A flag the
+        saved run did not have keeps its value here.
+        """
+        for action in self._actions:
+            name = action.dest
+            if name not in saved or name in ignore or not action.option_strings:
+                continue
+            value = saved[name]
+            if isinstance(value, list):
+                value = tuple(value)  # JSON turned tuples (--widths) into lists
+            elif value is not None and action.type is Path:
+                value = Path(value)
+            if name not in explicit:
+                setattr(args, name, value)
+            elif name not in may_change and getattr(args, name) != value:
+                flag = action.option_strings[-1]
+                raise UsageError(
+                    f"{flag} {_show(getattr(args, name))} differs from the run's {_show(value)}: a resumed run keeps "
+                    f"the flags it was started with; leave out {flag}, or start a new run"
+                )
+
+
+def _show(value: Any) -> str:
+    """A flag value as it is typed on the command line."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return "(not set)" if value is None else str(value)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default, except where it is None: such flags say in their help what happens."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+def _number(kind: type, text: str) -> Any:
+    value = kind(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
 
 
 def positive(kind: type) -> Callable[[str], Any]:
-    """An argparse type: `kind` parsed from text, rejected unless > 0."""
+    """An argparse type: `kind` parsed from text, rejected unless finite and > 0."""
 
     def parse(text: str) -> Any:
-        value = kind(text)
+        value = _number(kind, text)
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
@@ -134,15 +248,31 @@ def positive(kind: type) -> Callable[[str], Any]:
 
 
 def non_negative(kind: type) -> Callable[[str], Any]:
-    """An argparse type: `kind` parsed from text, rejected if < 0."""
+    """An argparse type: `kind` parsed from text, rejected unless finite and >= 0."""
 
     def parse(text: str) -> Any:
-        value = kind(text)
+        value = _number(kind, text)
         if value < 0:
             raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
         return value
 
     parse.__name__ = f"non-negative {kind.__name__}"
+    return parse
+
+
+def in_range(kind: type, low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Callable:
+    """An argparse type: `kind` parsed from text, rejected outside [low, high] ((low or high] when open)."""
+    interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+
+    def parse(text: str) -> Any:
+        value = _number(kind, text)
+        below = value <= low if low_open else value < low
+        above = value >= high if high_open else value > high
+        if below or above:
+            raise argparse.ArgumentTypeError(f"must be in {interval}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
     return parse
 
 
