@@ -1,4 +1,4 @@
-"""The dataset module: datasets, transforms, samplers and loaders.
+"""The dataset module: datasets, transforms and loaders (their samplers: samplers.py).
 
 Three sources, chosen with train.py's --dataset:
   shapes        built-in synthetic coloured shapes; no download, learnable in about a minute
@@ -7,7 +7,6 @@ Three sources, chosen with train.py's --dataset:
 """
 
 import contextlib
-import math
 import queue
 import threading
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from torchvision.transforms import v2
 
 from . import UsageError
 from .ops import mixup, one_hot
+from .samplers import ShardSampler, ShuffleSampler
 from .shapes import SHAPES, SyntheticShapes
 
 DATASETS = ("shapes", "imagefolder", "cifar10", "mnist", "fashionmnist")
@@ -105,40 +105,6 @@ def _image_folder(root: Path, transform: v2.Compose) -> datasets.ImageFolder:
         raise UsageError(f"image folder {root} has no images: {err}") from None
 
 
-class ShuffleSampler(Sampler[int]):
-    """A new shuffle each epoch, a pure function of (seed, epoch), split across ranks.
-
-    Every rank gets ceil(N / world_size) indices (the shuffled list is padded by wrapping
-    around), so all ranks run the same number of steps. `set_epoch(epoch, start)` skips the
-    first `start` indices of this rank's share: a run interrupted mid-epoch resumes on
-    exactly the batches it had not seen.
-    """
-
-    def __init__(self, num_samples: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
-        self.num_samples = num_samples
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.per_rank = math.ceil(num_samples / world_size)
-        self.epoch = 0
-        self.start = 0
-
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        """Choose the epoch's permutation, and how many of this rank's indices to skip."""
-        self.epoch = epoch
-        self.start = start
-
-    def __iter__(self) -> Iterator[int]:
-        gen = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(self.num_samples, generator=gen)
-        total = self.per_rank * self.world_size  # pad by wrapping around, as often as needed
-        order = order.repeat(math.ceil(total / self.num_samples))[:total]
-        return iter(order[self.rank :: self.world_size][self.start :].tolist())
-
-    def __len__(self) -> int:
-        return max(0, self.per_rank - self.start)
-
-
 class MixupCollate:
     """Batch samples, then mix them: soft targets (N, num_classes) with lambda ~ Beta(alpha, alpha).
 
@@ -157,23 +123,6 @@ class MixupCollate:
         lam = float(self.beta.sample())
         perm = torch.randperm(images.shape[0])
         return mixup(images, one_hot(labels, self.num_classes), lam, perm)
-
-
-class ShardSampler(Sampler[int]):
-    """Indices rank, rank + world_size, ... without padding: evaluation sees every sample once.
-
-    Shards differ in length by at most one, so evaluation must not run collectives per batch;
-    it sums its results locally and reduces them once at the end.
-    """
-
-    def __init__(self, num_samples: int, rank: int, world_size: int) -> None:
-        self.indices = range(rank, num_samples, world_size)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
 
 
 def build_loader(
