@@ -32,6 +32,14 @@ TORCHVISION_DATASETS = {
 }
 
 
+class Split(NamedTuple):
+    """One dataset split plus what the model needs to know about it."""
+
+    dataset: Dataset
+    classes: list[str]
+    in_channels: int
+
+
 class DataSplits(NamedTuple):
     """The train and validation datasets plus what the model needs to know about them."""
 
@@ -57,6 +65,45 @@ def build_transforms(img_size: int, train: bool) -> v2.Compose:
     return v2.Compose(steps)
 
 
+def build_split(
+    name: str,
+    data_dir: Path | None,
+    img_size: int,
+    train: bool,
+    *,
+    download: bool = False,
+    seed: int = 0,
+    train_size: int = 12_000,
+    val_size: int = 2_000,
+) -> Split:
+    """Build the train split (with random flips) or the validation split, and only that one.
+
+    Only this split's files are read: evaluating needs no training data. Raises UsageError on a
+    missing or empty source.
+    """
+    if download and name not in TORCHVISION_DATASETS:
+        raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
+    transform = build_transforms(img_size, train)
+    if name == "shapes":
+        # Distinct seeds per split, so no validation image is a training image.
+        size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)
+        return Split(SyntheticShapes(size, img_size, seed=split_seed, transform=transform), list(SHAPES), 3)
+    if data_dir is None:
+        raise UsageError(f"--dataset {name} needs --data-dir")
+    if name == "imagefolder":
+        folder = _image_folder(data_dir / ("train" if train else "val"), transform)
+        return Split(folder, folder.classes, 3)
+    if name in TORCHVISION_DATASETS:
+        cls, channels = TORCHVISION_DATASETS[name]
+        try:
+            dataset = cls(str(data_dir), train=train, transform=transform, download=download)
+        except RuntimeError as err:  # torchvision's "Dataset not found or corrupted"
+            hint = "" if download else "; pass --download to fetch it"
+            raise UsageError(f"{name} not found under {data_dir}{hint} ({err})") from None
+        return Split(dataset, list(dataset.classes), channels)
+    raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+
+
 def build_datasets(
     name: str,
     data_dir: Path | None,
@@ -67,33 +114,13 @@ def build_datasets(
     train_size: int = 12_000,
     val_size: int = 2_000,
 ) -> DataSplits:
-    """Build the train and validation datasets; raises UsageError on a missing or empty source."""
-    if download and name not in TORCHVISION_DATASETS:
-        raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
-    train_tf, eval_tf = build_transforms(img_size, train=True), build_transforms(img_size, train=False)
-    if name == "shapes":
-        # Distinct seeds per split, so no validation image is a training image.
-        train = SyntheticShapes(train_size, img_size, seed=2 * seed, transform=train_tf)
-        val = SyntheticShapes(val_size, img_size, seed=2 * seed + 1, transform=eval_tf)
-        return DataSplits(train, val, list(SHAPES), 3)
-    if data_dir is None:
-        raise UsageError(f"--dataset {name} needs --data-dir")
-    if name == "imagefolder":
-        train = _image_folder(data_dir / "train", train_tf)
-        val = _image_folder(data_dir / "val", eval_tf)
-        if train.classes != val.classes:
-            raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
-        return DataSplits(train, val, train.classes, 3)
-    if name in TORCHVISION_DATASETS:
-        cls, channels = TORCHVISION_DATASETS[name]
-        try:
-            train = cls(str(data_dir), train=True, transform=train_tf, download=download)
-            val = cls(str(data_dir), train=False, transform=eval_tf, download=download)
-        except RuntimeError as err:  # torchvision's "Dataset not found or corrupted"
-            hint = "" if download else "; pass --download to fetch it"
-            raise UsageError(f"{name} not found under {data_dir}{hint} ({err})") from None
-        return DataSplits(train, val, list(train.classes), channels)
-    raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    """Build the train and validation splits with build_split(); they must have the same classes."""
+    options = {"download": download, "seed": seed, "train_size": train_size, "val_size": val_size}
+    train = build_split(name, data_dir, img_size, train=True, **options)
+    val = build_split(name, data_dir, img_size, train=False, **options)
+    if train.classes != val.classes:
+        raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
+    return DataSplits(train.dataset, val.dataset, train.classes, train.in_channels)
 
 
 def _image_folder(root: Path, transform: v2.Compose) -> datasets.ImageFolder:
