@@ -86,7 +86,7 @@ def test_predict_bad_input(run_dir, tmp_path, capsys):
 @pytest.mark.parametrize("fmt", ["export", "torchscript"])
 def test_export_matches_the_eager_model(run_dir, tmp_path, fmt, capsys):
     export = load_script("export")
-    out = tmp_path / f"model.{fmt}"
+    out = tmp_path / "missing" / "folder" / f"model{export.SUFFIXES[fmt]}"  # made by export.py
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit is deprecated; the option stays for old runtimes
         assert export.main([str(run_dir / "best.pt"), "--format", fmt, "--output", str(out)]) == 0
@@ -99,12 +99,35 @@ def test_export_matches_the_eager_model(run_dir, tmp_path, fmt, capsys):
     assert logits.shape == (3, len(state["classes"]))
 
 
-def test_export_refuses_to_overwrite_the_checkpoint(run_dir, capsys):
+def test_export_never_overwrites_a_checkpoint_or_an_input(run_dir, tmp_path, capsys):
     export = load_script("export")
-    before = (run_dir / "best.pt").read_bytes()
-    assert export.main([str(run_dir / "best.pt"), "--output", str(run_dir / "best.pt")]) == 2
-    assert "would overwrite the checkpoint" in capsys.readouterr().err
-    assert (run_dir / "best.pt").read_bytes() == before
+    (tmp_path / "notes").write_text("mine")
+    before = {path: path.read_bytes() for path in (run_dir / "best.pt", run_dir / "last.pt", tmp_path / "notes")}
+    refused = [
+        (["--output", str(run_dir / "last.pt")], "must end in .pt2 for --format export"),  # the run's other checkpoint
+        (["--output", str(run_dir / "best.pt")], "would overwrite the checkpoint"),
+        (["--format", "torchscript", "--output", str(tmp_path / "model.pt2")], "must end in .ts"),
+        (["--output", str(tmp_path)], "is a folder; name a file in it, e.g."),
+        (["--output", str(tmp_path / "notes" / "model.pt2")], f"cannot make the folder for --output {tmp_path}"),
+    ]
+    for flags, message in refused:
+        assert export.main([str(run_dir / "best.pt"), *flags]) == 2, flags
+        err = capsys.readouterr().err
+        assert err.startswith("export.py: error: ") and err.count("\n") == 1 and message in err, (flags, err)
+    assert {path: path.read_bytes() for path in before} == before
+
+
+def test_export_reports_a_failed_write_in_one_line(run_dir, tmp_path, monkeypatch, capsys):
+    message = "[enforce fail at inline_container.cc:800] . PytorchStreamWriter failed writing file data/0"
+
+    def disk_full(*args, **kwargs):  # how torch reports it: a RuntimeError, not an OSError
+        raise RuntimeError(message + "\nException raised from writeRecord at inline_container.cc:800")
+
+    monkeypatch.setattr(torch.export, "save", disk_full)
+    export = load_script("export")
+    out = tmp_path / "model.pt2"
+    assert export.main([str(run_dir / "best.pt"), "--output", str(out)]) == 2
+    assert capsys.readouterr().err == f"export.py: error: cannot write {out}: {message}\n"
 
 
 # --------------------------------------------------------------------------------------------
