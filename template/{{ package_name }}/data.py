@@ -135,21 +135,24 @@ def _image_folder(root: Path, transform: v2.Compose) -> datasets.ImageFolder:
 class MixupCollate:
     """Batch samples, then mix them: soft targets (N, num_classes) with lambda ~ Beta(alpha, alpha).
 
-    Mixing happens here, in the loading thread or worker, next to the random flips, so the
-    training loop itself draws no random numbers from the CPU generator. (Dropout on the CPU
-    would: with it, prefetched runs are no longer reproducible bit for bit.)
+    Labels are smoothed by `label_smoothing` before they are mixed: the loss smooths only class
+    indices, never the probabilities it gets from here. Mixing happens here, in the loading
+    thread or worker, next to the random flips, so the training loop itself draws no random
+    numbers from the CPU generator. (Dropout on the CPU would: with it, prefetched runs are no
+    longer reproducible bit for bit.)
     """
 
-    def __init__(self, alpha: float, num_classes: int) -> None:
+    def __init__(self, alpha: float, num_classes: int, label_smoothing: float = 0.0) -> None:
         self.beta = torch.distributions.Beta(torch.tensor(alpha), torch.tensor(alpha))
         self.num_classes = num_classes
+        self.label_smoothing = label_smoothing
 
     def __call__(self, samples: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Collate a list of (image, label) pairs into mixed images (N, C, H, W) and targets (N, K)."""
         images, labels = default_collate(samples)
         lam = float(self.beta.sample())
         perm = torch.randperm(images.shape[0])
-        return mixup(images, one_hot(labels, self.num_classes), lam, perm)
+        return mixup(images, one_hot(labels, self.num_classes, self.label_smoothing), lam, perm)
 
 
 def build_loader(
@@ -188,6 +191,7 @@ def build_loaders(
     num_workers: int = 0,
     pin_memory: bool = False,
     mixup_alpha: float = 0.0,
+    label_smoothing: float = 0.0,
     rank: int = 0,
     world_size: int = 1,
 ) -> tuple[DataLoader, DataLoader]:
@@ -195,8 +199,9 @@ def build_loaders(
 
     With world_size > 1 each process gets its share: training batches padded to the same
     count on every rank, validation split without padding so each sample is counted once.
+    label_smoothing applies to mixed targets; without mixup the loss smooths the labels itself.
     """
-    mixup = MixupCollate(mixup_alpha, len(splits.classes)) if mixup_alpha > 0 else None
+    mixup = MixupCollate(mixup_alpha, len(splits.classes), label_smoothing) if mixup_alpha > 0 else None
     train_sampler = ShuffleSampler(len(splits.train), seed, rank, world_size)
     val_sampler = ShardSampler(len(splits.val), rank, world_size) if world_size > 1 else None
     common = {"num_workers": num_workers, "pin_memory": pin_memory}
