@@ -207,8 +207,13 @@ def build_loaders(
     common = {"num_workers": num_workers, "pin_memory": pin_memory}
     train = build_loader(splits.train, batch_size, sampler=train_sampler, train=True, collate_fn=mixup, **common)
     val = build_loader(splits.val, batch_size, sampler=val_sampler, **common)
-    if len(train) == 0:
-        raise UsageError(f"the training set has {len(splits.train)} images, fewer than one batch of {batch_size}")
+    if len(train) == 0:  # the last partial batch is dropped: a share smaller than a batch gives none
+        if world_size == 1:
+            raise UsageError(f"the training set has {len(splits.train)} images, fewer than one batch of {batch_size}")
+        raise UsageError(
+            f"the training set has {len(splits.train)} images, {train_sampler.per_rank} per process, "
+            f"fewer than one batch of {batch_size} (--batch-size is per process)"
+        )
     return train, val
 
 
