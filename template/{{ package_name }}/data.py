@@ -94,13 +94,7 @@ def build_split(
         folder = _image_folder(data_dir / ("train" if train else "val"), transform)
         return Split(folder, folder.classes, 3)
     if name in TORCHVISION_DATASETS:
-        cls, channels = TORCHVISION_DATASETS[name]
-        try:
-            dataset = cls(str(data_dir), train=train, transform=transform, download=download)
-        except RuntimeError as err:  # torchvision's "Dataset not found or corrupted"
-            hint = "" if download else "; pass --download to fetch it"
-            raise UsageError(f"{name} not found under {data_dir}{hint} ({err})") from None
-        return Split(dataset, list(dataset.classes), channels)
+        return _torchvision_split(name, data_dir, train, transform, download)
     raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
@@ -121,6 +115,37 @@ def build_datasets(
     if train.classes != val.classes:
         raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
     return DataSplits(train.dataset, val.dataset, train.classes, train.in_channels)
+
+
+def _torchvision_split(name: str, data_dir: Path, train: bool, transform: v2.Compose, download: bool) -> Split:
+    """A torchvision dataset's split; a failed download leaves data_dir as it was, bar partial files."""
+    cls, channels = TORCHVISION_DATASETS[name]
+    before = _folders(data_dir) if download else set()
+    try:
+        dataset = cls(str(data_dir), train=train, transform=transform, download=download)
+    except (OSError, RuntimeError) as err:  # a URLError is an OSError; MNIST reports it as a RuntimeError
+        if not download:  # torchvision's "Dataset not found or corrupted"
+            raise UsageError(f"{name} not found under {data_dir}; pass --download to fetch it ({err})") from None
+        _remove_new_empty_folders(data_dir, before)
+        # The last line is the error itself: MNIST's message first names the file and each mirror tried.
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+        raise UsageError(
+            f"the download of {name} failed ({reason}); check the network, or put the files under {data_dir} yourself"
+        ) from None
+    return Split(dataset, list(dataset.classes), channels)
+
+
+def _folders(data_dir: Path) -> set[Path]:
+    """The folders that exist now among data_dir, its parents and everything under it."""
+    under = [path for path in data_dir.rglob("*") if path.is_dir()] if data_dir.is_dir() else []
+    return {path for path in (data_dir, *data_dir.parents) if path.is_dir()} | set(under)
+
+
+def _remove_new_empty_folders(data_dir: Path, before: set[Path]) -> None:
+    """Remove the folders made since `before` (by a failed download) that are empty, deepest first."""
+    for folder in sorted(_folders(data_dir) - before, key=lambda path: len(path.parts), reverse=True):
+        with contextlib.suppress(OSError):  # rmdir refuses a folder with a file in it: that folder stays
+            folder.rmdir()
 
 
 def _image_folder(root: Path, transform: v2.Compose) -> datasets.ImageFolder:
