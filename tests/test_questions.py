@@ -73,6 +73,8 @@ BAD_ANSWERS = [
     ({"model_name": "CNN"}, "at least one lowercase letter"),
     ({"model_name": "Layers"}, "collides with a module"),
     ({"model_name": "Data"}, "collides with a module"),
+    ({"model_name": "Shapes"}, "collides with a module"),
+    ({"model_name": "Samplers"}, "collides with a module"),
     ({"model_module": "train"}, "collides with a module"),
     ({"model_module": "shape_classifier"}, "must differ from package_name"),
     ({"author_email": "nobody"}, "author_email must look like"),

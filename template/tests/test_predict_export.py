@@ -1,9 +1,10 @@
-"""predict.py and export.py on a checkpoint from a short training run.
+"""predict.py, export.py and test.py's inputs and outputs, on a checkpoint from a short training run.
 
 Run: pytest tests/test_predict_export.py
 """
 
 import importlib
+import json
 import warnings
 from pathlib import Path
 
@@ -25,15 +26,20 @@ def run_dir(tmp_path_factory, train_script) -> Path:
     return out / "run"
 
 
+def draw_shapes(train_script, count: int) -> list[tuple[Image.Image, str]]:
+    """(image, class name) pairs drawn by the built-in dataset, every class in turn."""
+    shapes = importlib.import_module(train_script.data.__name__.rsplit(".", 1)[0] + ".shapes")
+    dataset = shapes.SyntheticShapes(count, 16, seed=7)
+    return [(to_pil_image(image), shapes.SHAPES[label]) for image, label in (dataset[i] for i in range(count))]
+
+
 @pytest.fixture(scope="module")
 def images(tmp_path_factory, train_script) -> Path:
     """A folder of PNG files drawn by the built-in dataset, one per class."""
     folder = tmp_path_factory.mktemp("images")
-    shapes = importlib.import_module(train_script.data.__name__.rsplit(".", 1)[0] + ".shapes")
-    dataset = shapes.SyntheticShapes(len(shapes.SHAPES), 16, seed=7)
-    for index in range(len(dataset)):
-        image, label = dataset[index]
-        to_pil_image(image).save(folder / f"{index}_{shapes.SHAPES[label]}.png")
+    classes = train_script.data.SHAPES
+    for index, (image, name) in enumerate(draw_shapes(train_script, len(classes))):
+        image.save(folder / f"{index}_{name}.png")
     (folder / "notes.txt").write_text("not an image: skipped when a folder is given")
     return folder
 
@@ -80,7 +86,7 @@ def test_predict_bad_input(run_dir, tmp_path, capsys):
 @pytest.mark.parametrize("fmt", ["export", "torchscript"])
 def test_export_matches_the_eager_model(run_dir, tmp_path, fmt, capsys):
     export = load_script("export")
-    out = tmp_path / f"model.{fmt}"
+    out = tmp_path / "missing" / "folder" / f"model{export.SUFFIXES[fmt]}"  # made by export.py
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit is deprecated; the option stays for old runtimes
         assert export.main([str(run_dir / "best.pt"), "--format", fmt, "--output", str(out)]) == 0
@@ -93,9 +99,81 @@ def test_export_matches_the_eager_model(run_dir, tmp_path, fmt, capsys):
     assert logits.shape == (3, len(state["classes"]))
 
 
-def test_export_refuses_to_overwrite_the_checkpoint(run_dir, capsys):
+def test_export_never_overwrites_a_checkpoint_or_an_input(run_dir, tmp_path, capsys):
     export = load_script("export")
-    before = (run_dir / "best.pt").read_bytes()
-    assert export.main([str(run_dir / "best.pt"), "--output", str(run_dir / "best.pt")]) == 2
-    assert "would overwrite the checkpoint" in capsys.readouterr().err
-    assert (run_dir / "best.pt").read_bytes() == before
+    (tmp_path / "notes").write_text("mine")
+    before = {path: path.read_bytes() for path in (run_dir / "best.pt", run_dir / "last.pt", tmp_path / "notes")}
+    refused = [
+        (["--output", str(run_dir / "last.pt")], "must end in .pt2 for --format export"),  # the run's other checkpoint
+        (["--output", str(run_dir / "best.pt")], "would overwrite the checkpoint"),
+        (["--format", "torchscript", "--output", str(tmp_path / "model.pt2")], "must end in .ts"),
+        (["--output", str(tmp_path)], "is a folder; name a file in it, e.g."),
+        (["--output", str(tmp_path / "notes" / "model.pt2")], f"cannot make the folder for --output {tmp_path}"),
+    ]
+    for flags, message in refused:
+        assert export.main([str(run_dir / "best.pt"), *flags]) == 2, flags
+        err = capsys.readouterr().err
+        assert err.startswith("export.py: error: ") and err.count("\n") == 1 and message in err, (flags, err)
+    assert {path: path.read_bytes() for path in before} == before
+
+
+def test_export_reports_a_failed_write_in_one_line(run_dir, tmp_path, monkeypatch, capsys):
+    message = "[enforce fail at inline_container.cc:800] . PytorchStreamWriter failed writing file data/0"
+
+    def disk_full(*args, **kwargs):  # how torch reports it: a RuntimeError, not an OSError
+        raise RuntimeError(message + "\nException raised from writeRecord at inline_container.cc:800")
+
+    monkeypatch.setattr(torch.export, "save", disk_full)
+    export = load_script("export")
+    out = tmp_path / "model.pt2"
+    assert export.main([str(run_dir / "best.pt"), "--output", str(out)]) == 2
+    assert capsys.readouterr().err == f"export.py: error: cannot write {out}: {message}\n"
+
+
+# --------------------------------------------------------------------------------------------
+# test.py: the validation split alone, and a report that never replaces a checkpoint
+
+
+def write_image_folder(folder: Path, train_script, count: int) -> Path:
+    """folder/<class>/<index>.png for `count` images of the built-in dataset."""
+    for index, (image, name) in enumerate(draw_shapes(train_script, count)):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        image.save(folder / name / f"{index}.png")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folder_run(tmp_path_factory, train_script) -> Path:
+    """The checkpoint of a short run on an image folder (its classes in folder order)."""
+    root = tmp_path_factory.mktemp("folder")
+    write_image_folder(root / "data" / "train", train_script, 24)
+    write_image_folder(root / "data" / "val", train_script, 6)
+    flags = ["--data-dir", str(root / "data"), "--device", "cpu", "--img-size", "16", "--widths", "8,16",
+             "--batch-size", "8", "--epochs", "1", "--progress", "never", "--output-dir", str(root),
+             "--run-name", "run"]  # fmt: skip
+    assert train_script.main(flags) == 0
+    return root / "run" / "best.pt"
+
+
+@pytest.mark.parametrize("train_folder", ["missing", "holding an unreadable file"])
+def test_test_py_reads_only_the_validation_split(folder_run, tmp_path, train_script, test_script, train_folder, capsys):
+    data_dir = tmp_path / "other"
+    write_image_folder(data_dir / "val", train_script, 12)
+    if train_folder != "missing":  # a folder that train.py could not load: no class folders, no image
+        (data_dir / "train").mkdir()
+        (data_dir / "train" / "broken.png").write_text("not an image")
+    report = tmp_path / "report.json"
+    argv = [str(folder_run), "--data-dir", str(data_dir), "--device", "cpu", "--json", str(report)]
+    assert test_script.main(argv) == 0, capsys.readouterr().err
+    assert json.loads(report.read_text())["samples"] == 12
+
+
+def test_test_py_report_must_be_json_and_gets_its_folder(run_dir, tmp_path, test_script, capsys):
+    before = (run_dir / "last.pt").read_bytes()
+    assert test_script.main([str(run_dir / "best.pt"), "--device", "cpu", "--json", str(run_dir / "last.pt")]) == 2
+    assert capsys.readouterr().err == f"test.py: error: --json {run_dir / 'last.pt'} must end in .json\n"
+    assert (run_dir / "last.pt").read_bytes() == before
+
+    report = tmp_path / "missing" / "folder" / "report.json"
+    assert test_script.main([str(run_dir / "best.pt"), "--device", "cpu", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["checkpoint"] == str(run_dir / "best.pt")

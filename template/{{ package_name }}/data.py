@@ -1,4 +1,4 @@
-"""The dataset module: datasets, transforms, samplers and loaders.
+"""The dataset module: datasets, transforms and loaders (their samplers: samplers.py).
 
 Three sources, chosen with train.py's --dataset:
   shapes        built-in synthetic coloured shapes; no download, learnable in about a minute
@@ -7,7 +7,6 @@ Three sources, chosen with train.py's --dataset:
 """
 
 import contextlib
-import math
 import queue
 import threading
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from torchvision.transforms import v2
 
 from . import UsageError
 from .ops import mixup, one_hot
+from .samplers import ShardSampler, ShuffleSampler
 from .shapes import SHAPES, SyntheticShapes
 
 DATASETS = ("shapes", "imagefolder", "cifar10", "mnist", "fashionmnist")
@@ -30,6 +30,14 @@ TORCHVISION_DATASETS = {
     "mnist": (datasets.MNIST, 1),
     "fashionmnist": (datasets.FashionMNIST, 1),
 }
+
+
+class Split(NamedTuple):
+    """One dataset split plus what the model needs to know about it."""
+
+    dataset: Dataset
+    classes: list[str]
+    in_channels: int
 
 
 class DataSplits(NamedTuple):
@@ -57,6 +65,39 @@ def build_transforms(img_size: int, train: bool) -> v2.Compose:
     return v2.Compose(steps)
 
 
+def build_split(
+    name: str,
+    data_dir: Path | None,
+    img_size: int,
+    train: bool,
+    *,
+    download: bool = False,
+    seed: int = 0,
+    train_size: int = 12_000,
+    val_size: int = 2_000,
+) -> Split:
+    """Build the train split (with random flips) or the validation split, and only that one.
+
+    Only this split's files are read: evaluating needs no training data. Raises UsageError on a
+    missing or empty source.
+    """
+    if download and name not in TORCHVISION_DATASETS:
+        raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
+    transform = build_transforms(img_size, train)
+    if name == "shapes":
+        # Distinct seeds per split, so no validation image is a training image.
+        size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)
+        return Split(SyntheticShapes(size, img_size, seed=split_seed, transform=transform), list(SHAPES), 3)
+    if data_dir is None:
+        raise UsageError(f"--dataset {name} needs --data-dir")
+    if name == "imagefolder":
+        folder = _image_folder(data_dir / ("train" if train else "val"), transform)
+        return Split(folder, folder.classes, 3)
+    if name in TORCHVISION_DATASETS:
+        return _torchvision_split(name, data_dir, train, transform, download)
+    raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+
+
 def build_datasets(
     name: str,
     data_dir: Path | None,
@@ -67,33 +108,44 @@ def build_datasets(
     train_size: int = 12_000,
     val_size: int = 2_000,
 ) -> DataSplits:
-    """Build the train and validation datasets; raises UsageError on a missing or empty source."""
-    if download and name not in TORCHVISION_DATASETS:
-        raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
-    train_tf, eval_tf = build_transforms(img_size, train=True), build_transforms(img_size, train=False)
-    if name == "shapes":
-        # Distinct seeds per split, so no validation image is a training image.
-        train = SyntheticShapes(train_size, img_size, seed=2 * seed, transform=train_tf)
-        val = SyntheticShapes(val_size, img_size, seed=2 * seed + 1, transform=eval_tf)
-        return DataSplits(train, val, list(SHAPES), 3)
-    if data_dir is None:
-        raise UsageError(f"--dataset {name} needs --data-dir")
-    if name == "imagefolder":
-        train = _image_folder(data_dir / "train", train_tf)
-        val = _image_folder(data_dir / "val", eval_tf)
-        if train.classes != val.classes:
-            raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
-        return DataSplits(train, val, train.classes, 3)
-    if name in TORCHVISION_DATASETS:
-        cls, channels = TORCHVISION_DATASETS[name]
-        try:
-            train = cls(str(data_dir), train=True, transform=train_tf, download=download)
-            val = cls(str(data_dir), train=False, transform=eval_tf, download=download)
-        except RuntimeError as err:  # torchvision's "Dataset not found or corrupted"
-            hint = "" if download else "; pass --download to fetch it"
-            raise UsageError(f"{name} not found under {data_dir}{hint} ({err})") from None
-        return DataSplits(train, val, list(train.classes), channels)
-    raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    """Build the train and validation splits with build_split(); they must have the same classes."""
+    options = {"download": download, "seed": seed, "train_size": train_size, "val_size": val_size}
+    train = build_split(name, data_dir, img_size, train=True, **options)
+    val = build_split(name, data_dir, img_size, train=False, **options)
+    if train.classes != val.classes:
+        raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
+    return DataSplits(train.dataset, val.dataset, train.classes, train.in_channels)
+
+
+def _torchvision_split(name: str, data_dir: Path, train: bool, transform: v2.Compose, download: bool) -> Split:
+    """A torchvision dataset's split; a failed download leaves data_dir as it was, bar partial files."""
+    cls, channels = TORCHVISION_DATASETS[name]
+    before = _folders(data_dir) if download else set()
+    try:
+        dataset = cls(str(data_dir), train=train, transform=transform, download=download)
+    except (OSError, RuntimeError) as err:  # a URLError is an OSError; MNIST reports it as a RuntimeError
+        if not download:  # torchvision's "Dataset not found or corrupted"
+            raise UsageError(f"{name} not found under {data_dir}; pass --download to fetch it ({err})") from None
+        _remove_new_empty_folders(data_dir, before)
+        # The last line is the error itself: MNIST's message first names the file and each mirror tried.
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+        raise UsageError(
+            f"the download of {name} failed ({reason}); check the network, or put the files under {data_dir} yourself"
+        ) from None
+    return Split(dataset, list(dataset.classes), channels)
+
+
+def _folders(data_dir: Path) -> set[Path]:
+    """The folders that exist now among data_dir, its parents and everything under it."""
+    under = [path for path in data_dir.rglob("*") if path.is_dir()] if data_dir.is_dir() else []
+    return {path for path in (data_dir, *data_dir.parents) if path.is_dir()} | set(under)
+
+
+def _remove_new_empty_folders(data_dir: Path, before: set[Path]) -> None:
+    """Remove the folders made since `before` (by a failed download) that are empty, deepest first."""
+    for folder in sorted(_folders(data_dir) - before, key=lambda path: len(path.parts), reverse=True):
+        with contextlib.suppress(OSError):  # rmdir refuses a folder with a file in it: that folder stays
+            folder.rmdir()
 
 
 def _image_folder(root: Path, transform: v2.Compose) -> datasets.ImageFolder:
@@ -105,75 +157,27 @@ def _image_folder(root: Path, transform: v2.Compose) -> datasets.ImageFolder:
         raise UsageError(f"image folder {root} has no images: {err}") from None
 
 
-class ShuffleSampler(Sampler[int]):
-    """A new shuffle each epoch, a pure function of (seed, epoch), split across ranks.
-
-    Every rank gets ceil(N / world_size) indices (the shuffled list is padded by wrapping
-    around), so all ranks run the same number of steps. `set_epoch(epoch, start)` skips the
-    first `start` indices of this rank's share: a run interrupted mid-epoch resumes on
-    exactly the batches it had not seen.
-    """
-
-    def __init__(self, num_samples: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
-        self.num_samples = num_samples
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.per_rank = math.ceil(num_samples / world_size)
-        self.epoch = 0
-        self.start = 0
-
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        """Choose the epoch's permutation, and how many of this rank's indices to skip."""
-        self.epoch = epoch
-        self.start = start
-
-    def __iter__(self) -> Iterator[int]:
-        gen = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(self.num_samples, generator=gen)
-        total = self.per_rank * self.world_size  # pad by wrapping around, as often as needed
-        order = order.repeat(math.ceil(total / self.num_samples))[:total]
-        return iter(order[self.rank :: self.world_size][self.start :].tolist())
-
-    def __len__(self) -> int:
-        return max(0, self.per_rank - self.start)
-
-
 class MixupCollate:
     """Batch samples, then mix them: soft targets (N, num_classes) with lambda ~ Beta(alpha, alpha).
 
-    Mixing happens here, in the loading thread or worker, next to the random flips, so the
-    training loop itself draws no random numbers from the CPU generator. (Dropout on the CPU
-    would: with it, prefetched runs are no longer reproducible bit for bit.)
+    Labels are smoothed by `label_smoothing` before they are mixed: the loss smooths only class
+    indices, never the probabilities it gets from here. Mixing happens here, in the loading
+    thread or worker, next to the random flips, so the training loop itself draws no random
+    numbers from the CPU generator. (Dropout on the CPU would: with it, prefetched runs are no
+    longer reproducible bit for bit.)
     """
 
-    def __init__(self, alpha: float, num_classes: int) -> None:
+    def __init__(self, alpha: float, num_classes: int, label_smoothing: float = 0.0) -> None:
         self.beta = torch.distributions.Beta(torch.tensor(alpha), torch.tensor(alpha))
         self.num_classes = num_classes
+        self.label_smoothing = label_smoothing
 
     def __call__(self, samples: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Collate a list of (image, label) pairs into mixed images (N, C, H, W) and targets (N, K)."""
         images, labels = default_collate(samples)
         lam = float(self.beta.sample())
         perm = torch.randperm(images.shape[0])
-        return mixup(images, one_hot(labels, self.num_classes), lam, perm)
-
-
-class ShardSampler(Sampler[int]):
-    """Indices rank, rank + world_size, ... without padding: evaluation sees every sample once.
-
-    Shards differ in length by at most one, so evaluation must not run collectives per batch;
-    it sums its results locally and reduces them once at the end.
-    """
-
-    def __init__(self, num_samples: int, rank: int, world_size: int) -> None:
-        self.indices = range(rank, num_samples, world_size)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
+        return mixup(images, one_hot(labels, self.num_classes, self.label_smoothing), lam, perm)
 
 
 def build_loader(
@@ -212,6 +216,7 @@ def build_loaders(
     num_workers: int = 0,
     pin_memory: bool = False,
     mixup_alpha: float = 0.0,
+    label_smoothing: float = 0.0,
     rank: int = 0,
     world_size: int = 1,
 ) -> tuple[DataLoader, DataLoader]:
@@ -219,15 +224,21 @@ def build_loaders(
 
     With world_size > 1 each process gets its share: training batches padded to the same
     count on every rank, validation split without padding so each sample is counted once.
+    label_smoothing applies to mixed targets; without mixup the loss smooths the labels itself.
     """
-    mixup = MixupCollate(mixup_alpha, len(splits.classes)) if mixup_alpha > 0 else None
+    mixup = MixupCollate(mixup_alpha, len(splits.classes), label_smoothing) if mixup_alpha > 0 else None
     train_sampler = ShuffleSampler(len(splits.train), seed, rank, world_size)
     val_sampler = ShardSampler(len(splits.val), rank, world_size) if world_size > 1 else None
     common = {"num_workers": num_workers, "pin_memory": pin_memory}
     train = build_loader(splits.train, batch_size, sampler=train_sampler, train=True, collate_fn=mixup, **common)
     val = build_loader(splits.val, batch_size, sampler=val_sampler, **common)
-    if len(train) == 0:
-        raise UsageError(f"the training set has {len(splits.train)} images, fewer than one batch of {batch_size}")
+    if len(train) == 0:  # the last partial batch is dropped: a share smaller than a batch gives none
+        if world_size == 1:
+            raise UsageError(f"the training set has {len(splits.train)} images, fewer than one batch of {batch_size}")
+        raise UsageError(
+            f"the training set has {len(splits.train)} images, {train_sampler.per_rank} per process, "
+            f"fewer than one batch of {batch_size} (--batch-size is per process)"
+        )
     return train, val
 
 

@@ -30,8 +30,11 @@ class FocalLoss(nn.Module):
     """Focal loss (Lin et al., 2017): cross-entropy scaled by (1 - p_true) ** gamma.
 
     It down-weights examples the model already gets right; gamma = 0 is plain cross-entropy.
-    Takes class indices (N,) or probabilities (N, C) like SoftTargetCrossEntropy.
+    Takes class indices (N,) or probabilities (N, C) like SoftTargetCrossEntropy. The loss and
+    its gradient are finite for every gamma >= 0, even where a prediction is certain (p == 1).
     """
+
+    min_one_minus_p = 1e-12  # the weight's floor; see forward()
 
     def __init__(self, gamma: float = 2.0, label_smoothing: float = 0.0) -> None:
         super().__init__()
@@ -43,5 +46,11 @@ class FocalLoss(nn.Module):
         if targets.dim() == 1:
             targets = one_hot(targets, logits.shape[1], self.label_smoothing)
         log_probs = F.log_softmax(logits.float(), dim=1)  # (N, C)
-        weight = (1.0 - log_probs.exp()).pow(self.gamma)  # (N, C), small where p is high
+        # 1 - p as -expm1(log p) keeps its precision where p is near 1. The clamp keeps the
+        # derivative of pow, gamma * (1 - p) ** (gamma - 1), finite for 0 < gamma < 1: at p == 1
+        # it is infinite, and infinity times log p == 0 makes the gradient NaN. The clamp changes
+        # only terms with 1 - p < 1e-12, where -log p is about 1 - p: such a term is below
+        # 1e-12 ** (1 + gamma) with or without it, so the loss moves by less than 1e-12.
+        one_minus_p = (-torch.expm1(log_probs)).clamp(min=self.min_one_minus_p)  # (N, C)
+        weight = one_minus_p.pow(self.gamma)  # (N, C), small where p is high
         return -(targets * weight * log_probs).sum(dim=1).mean()

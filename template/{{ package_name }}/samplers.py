@@ -1,0 +1,62 @@
+"""Samplers: which sample indices each process reads, in which order.
+
+Training shuffles anew each epoch and pads so every rank runs the same number of steps;
+evaluation shards without padding so every sample is counted exactly once.
+"""
+
+import math
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import Sampler
+
+
+class ShuffleSampler(Sampler[int]):
+    """A new shuffle each epoch, a pure function of (seed, epoch), split across ranks.
+
+    Every rank gets ceil(N / world_size) indices (the shuffled list is padded by wrapping
+    around), so all ranks run the same number of steps. `set_epoch(epoch, start)` skips the
+    first `start` indices of this rank's share: a run interrupted mid-epoch resumes on
+    exactly the batches it had not seen.
+    """
+
+    def __init__(self, num_samples: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
+        self.num_samples = num_samples
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.per_rank = math.ceil(num_samples / world_size)
+        self.epoch = 0
+        self.start = 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Choose the epoch's permutation, and how many of this rank's indices to skip."""
+        self.epoch = epoch
+        self.start = start
+
+    def __iter__(self) -> Iterator[int]:
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.num_samples, generator=gen)
+        total = self.per_rank * self.world_size  # pad by wrapping around, as often as needed
+        order = order.repeat(math.ceil(total / self.num_samples))[:total]
+        return iter(order[self.rank :: self.world_size][self.start :].tolist())
+
+    def __len__(self) -> int:
+        return max(0, self.per_rank - self.start)
+
+
+class ShardSampler(Sampler[int]):
+    """Indices rank, rank + world_size, ... without padding: evaluation sees every sample once.
+
+    Shards differ in length by at most one, so evaluation must not run collectives per batch;
+    it sums its results locally and reduces them once at the end.
+    """
+
+    def __init__(self, num_samples: int, rank: int, world_size: int) -> None:
+        self.indices = range(rank, num_samples, world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
