@@ -306,6 +306,16 @@ def test_mixup_feeds_soft_targets_to_the_loss(train_script, tiny_args):
     assert (targets >= 0).all() and (targets.max(dim=1).values < 1).any()  # mixed, not one-hot
 
 
+def test_label_smoothing_applies_with_mixup(train_script, tiny_args):
+    """Mixed targets are built from smoothed labels: every class gets at least eps / C."""
+    args = train_script.get_args_parser().parse_args([*tiny_args, "--mixup-alpha", "0.4", "--label-smoothing", "0.3"])
+    session, _ = train_script.setup(args)
+    session.logger.close()
+    _, targets = next(iter(session.train_loader))  # (N, C)
+    assert targets.min() >= 0.3 / len(session.classes) - 1e-6
+    torch.testing.assert_close(targets.sum(dim=1), torch.ones(targets.shape[0]))
+
+
 # --weight-decay, --freeze-backbone, --backbone-lr-scale ----------------------------------------
 
 

@@ -6,8 +6,6 @@ Run: pytest tests/test_train.py
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,21 +13,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, run_one_epoch
+from conftest import run_one_epoch
 
 
 def run_dir(args: list[str]) -> Path:
     return Path(args[args.index("--output-dir") + 1]) / args[args.index("--run-name") + 1]
 
 
-def test_help_lists_the_documented_flags():
-    result = subprocess.run([sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0
+def test_help_lists_the_documented_flags(train_script, capsys):
+    assert exit_code(train_script.main, ["--help"]) == 0  # python train.py --help
+    out = capsys.readouterr().out
     for flag in ("--dataset", "--data-dir", "--download", "--img-size", "--epochs", "--batch-size", "--lr", "--device",
                  "--num-workers", "--seed", "--output-dir", "--log-interval", "--max-steps-per-epoch", "--resume",
                  "--prefetch-depth"):  # fmt: skip
-        assert flag in result.stdout
-    text = " ".join(result.stdout.split())  # argparse wraps lines
+        assert flag in out
+    text = " ".join(out.split())  # argparse wraps lines
     assert "(default: 5)" in text  # the real defaults are shown ...
     assert "(default: None)" not in text and "(default: the start time" in text  # ... where there is one
     assert "channels per stage, e.g. 8,16 (default: 16,32,64)" in text
