@@ -283,6 +283,7 @@ BAD_INPUTS = [
     (["--output-dir", "{tmp}/a-file"], "is a file, not a directory"),
     (["--device", "tpu"], "is not a device"),
     (["--data-dir", "{tmp}/no-images"], "has no images"),
+    (["--run-name", "../escape"], "must be a plain directory name"),
     (["--seed", "-1"], "--seed: must be in [0, 4294967295]"),
     (["--dropout", "1.5"], "--dropout: must be in [0, 1)"),
     (["--label-smoothing", "2"], "--label-smoothing: must be in [0, 1)"),

@@ -113,6 +113,8 @@ def find_run(
     """
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"--output-dir {output_dir} is a file, not a directory")
+    if run_name is not None and (Path(run_name).name != run_name or run_name in ("", ".", "..")):
+        raise UsageError(f"--run-name {run_name!r} must be a plain directory name, without / or ..")
     if auto_resume and (run_name is None or resume is not None):
         raise UsageError("--auto-resume needs a fixed --run-name (and no --resume) to find the run again")
     if resume is not None:
