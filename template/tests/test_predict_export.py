@@ -173,6 +173,10 @@ def test_test_py_report_must_be_json_and_gets_its_folder(run_dir, tmp_path, test
     assert test_script.main([str(run_dir / "best.pt"), "--device", "cpu", "--json", str(run_dir / "last.pt")]) == 2
     assert capsys.readouterr().err == f"test.py: error: --json {run_dir / 'last.pt'} must end in .json\n"
     assert (run_dir / "last.pt").read_bytes() == before
+    arguments = (run_dir / "args.json").read_bytes()
+    assert test_script.main([str(run_dir / "best.pt"), "--device", "cpu", "--json", str(run_dir / "args.json")]) == 2
+    assert "would replace a file that train.py wrote" in capsys.readouterr().err
+    assert (run_dir / "args.json").read_bytes() == arguments
 
     report = tmp_path / "missing" / "folder" / "report.json"
     assert test_script.main([str(run_dir / "best.pt"), "--device", "cpu", "--json", str(report)]) == 0
