@@ -1,11 +1,12 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   render the template with default answers into build/demo and train it
 #   make test   run the template's test suite (what CI runs)
+#   make gpu-check   on a machine with CUDA: every rendering's CUDA tests and the GPU benchmark
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test clean
+.PHONY: demo test gpu-check clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +21,9 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest
+
+gpu-check: $(BIN)/.installed
+	$(BIN)/python benchmarks/gpu_check.py
 
 clean:
 	rm -rf build $(VENV)

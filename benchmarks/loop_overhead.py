@@ -123,8 +123,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def render(template: Path, dst: Path) -> Path:
-    """Render the template with its default answers (the working tree, uncommitted changes included)."""
+def render(template: Path, dst: Path, **answers: str) -> Path:
+    """Render the template with these answers, defaults for the rest (the working tree, with uncommitted changes)."""
     try:
         from copier import run_copy
     except ImportError:
@@ -135,7 +135,7 @@ def render(template: Path, dst: Path) -> Path:
     vcs_ref = "HEAD" if (template / ".git").exists() else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # copier's DirtyLocalWarning: measuring the working tree is the point
-        run_copy(str(template), dst, defaults=True, vcs_ref=vcs_ref, quiet=True, unsafe=False)
+        run_copy(str(template), dst, data=answers, defaults=True, vcs_ref=vcs_ref, quiet=True, unsafe=False)
     return dst
 
 

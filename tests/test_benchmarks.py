@@ -55,12 +55,23 @@ def test_gpu_benchmark_says_it_needs_cuda():
     assert "CUDA" in result.stderr and "--device cpu --quick" in result.stderr
 
 
-def test_gpu_benchmark_smoke_on_cpu(tmp_path):
-    """The GPU script's own code path, on the CPU with the small model: the numbers mean nothing."""
-    path = tmp_path / "gpu.json"
-    command = [sys.executable, "benchmarks/gpu.py", "--device", "cpu", "--quick", "--models", "default"]
-    result = subprocess.run([*command, "--json", str(path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")
+def test_make_gpu_check_says_it_needs_cuda():
+    result = subprocess.run(["make", "--no-print-directory", "gpu-check"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("make")]  # make: or make[1]:
+    assert len(lines) == 1 and "needs CUDA" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_gpu_check_smoke_on_cpu(tmp_path):
+    """make gpu-check's script on the CPU: renders, runs the CUDA tests' CPU twin, runs gpu.py, writes both reports."""
+    command = [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--quick", "--out", str(tmp_path)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    model = json.loads(path.read_text())["models"]["default"]
+    report = json.loads((tmp_path / "gpu-check.json").read_text())
+    tests = report["tests"]["ddp"]
+    assert tests["ok"] and tests["passed"] > 0 and tests["failed"] == 0 and tests["skipped"] > 0  # the CUDA cases
+    model = report["benchmark"]["models"]["default"]  # gpu.py's own figures: meaningless on a CPU, but there
     assert model["generated"]["images_per_s"] > 0 and model["bare"]["images_per_s"] > 0
     assert model["train_gflop_per_image"] > 0 and isinstance(model["ratio_vs_bare"], float)
+    assert "| ddp | test_cuda.py, test_efficiency.py |" in (tmp_path / "gpu-check.md").read_text()
