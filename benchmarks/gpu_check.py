@@ -19,6 +19,7 @@ passed (or skipped) and the benchmark ran, 1 otherwise, 2 without CUDA (one line
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -123,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     tests = {}
     for choice in MULTI_GPU[:1] if opts.quick else MULTI_GPU:
         project = opts.out / choice
-        if project.exists():
-            subprocess.run(["rm", "-rf", str(project)], check=True)
+        shutil.rmtree(project, ignore_errors=True)  # a fresh rendering each time
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # copier's DirtyLocalWarning: checking the working tree is the point
             render(REPO, project, multi_gpu=choice)

@@ -55,6 +55,11 @@ def test_smoke_train_then_evaluate(train_script, test_script, tiny_args, capsys)
     assert set(report["per_class"]) == set(state["classes"])
 
 
+def contents(directory: Path) -> dict[str, bytes]:
+    """Every file of a run directory by name, to show that a command wrote nothing."""
+    return {path.name: path.read_bytes() for path in directory.iterdir()}
+
+
 def train_losses(directory: Path) -> list[float]:
     records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
     return [r["loss"] for r in records if r["split"] == "train"]
@@ -125,22 +130,22 @@ def test_resume_continues_with_the_runs_own_flags(train_script, tiny_args, tmp_p
 def test_resume_refuses_a_flag_that_changes_the_run(train_script, tiny_args, capsys, flags, message):
     assert train_script.main(tiny_args) == 0
     directory = run_dir(tiny_args)
-    before = {path.name: path.read_bytes() for path in directory.iterdir()}
+    before = contents(directory)
     capsys.readouterr()
     assert train_script.main(["--resume", str(directory), "--epochs", "2", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
-    assert {path.name: path.read_bytes() for path in directory.iterdir()} == before  # nothing written
+    assert contents(directory) == before  # nothing written
 
 
 def test_resuming_a_finished_run_says_so_and_writes_nothing(train_script, tiny_args, capsys):
     assert train_script.main(tiny_args) == 0
     directory = run_dir(tiny_args)
-    before = {path.name: path.read_bytes() for path in directory.iterdir()}
+    before = contents(directory)
     capsys.readouterr()
     assert train_script.main(["--resume", str(directory)]) == 0
     assert "is finished (epoch 1 of --epochs 1); resume with a larger --epochs" in capsys.readouterr().out
-    assert {path.name: path.read_bytes() for path in directory.iterdir()} == before
+    assert contents(directory) == before
 
 
 def test_resuming_an_older_checkpoint_would_overwrite_last_and_is_refused(train_script, tiny_args, capsys):
