@@ -6,7 +6,7 @@
 
 Two models, each at --batch-size 256 under bf16 autocast, channels_last and torch.compile:
   default   the template's TinyResNet (widths 16,32,64) on 3x32x32 images, 6 classes
-  resnet50  torchvision's resnet50(weights=None) on 3x224x224 images, 1000 classes
+  resnet50  train.py --backbone resnet50 (torchvision's, no weights, a new head) on 3x224x224 images, 1000 classes
 
 Both loops train the same compiled module with the same optimizer (train.py's AdamW and cosine
 schedule) on the same synthetic batches, which sit on the GPU already (a few batches, cycled),
@@ -64,23 +64,6 @@ def get_args_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class WithLoss(nn.Module):
-    """A torchvision classifier with the .loss() and .backbone that the generated loop and optimizer expect."""
-
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.backbone = net
-        self.criterion = nn.CrossEntropyLoss()
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits (N, num_classes) for images (N, 3, H, W)."""
-        return self.backbone(images)
-
-    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy, in float32 whatever the autocast dtype."""
-        return self.criterion(logits.float(), targets)
-
-
 class Batches:
     """`steps` batches per epoch, cycling through a few fixed ones: a loader with no loading cost."""
 
@@ -97,14 +80,9 @@ class Batches:
 
 
 def build(train: ModuleType, name: str, args: argparse.Namespace, device: torch.device) -> nn.Module:
-    """The bare model on the device, in train.py's memory format."""
-    if name == "default":
-        splits = train.data.DataSplits(None, None, list(train.data.SHAPES), 3)
-        return train.build_model(args, splits, device)
-    from torchvision.models import resnet50
-
-    model = WithLoss(resnet50(weights=None))
-    return model.to(device, memory_format=torch.channels_last if args.channels_last else torch.contiguous_format)
+    """The bare model on the device, built by train.py's build_model() (resnet50: --backbone resnet50, no weights)."""
+    classes = list(train.data.SHAPES) if name == "default" else [str(i) for i in range(1000)]
+    return train.build_model(args, train.data.DataSplits(None, None, classes, 3), device)
 
 
 def train_flops_per_image(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, autocast: Any) -> float:
@@ -125,6 +103,7 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
     flags = ["--device", opts.device, "--amp", "bf16", "--channels-last", "--batch-size", str(opts.batch_size)]
     flags += ["--img-size", str(img_size), "--epochs", "1000", "--progress", "always"]
     flags += ["--output-dir", str(workdir / "runs"), "--run-name", name] + ([] if opts.no_compile else ["--compile"])
+    flags += ["--backbone", "resnet50"] if name == "resnet50" else []
     args = train.get_args_parser().parse_args(flags)
     train.runtime.configure_backends(args.deterministic)
     train.runtime.seed_everything(args.seed)

@@ -2,8 +2,9 @@
 
 On CUDA the loop takes paths that only a GPU takes: the BackgroundGenerator thread (on by
 default there), pinned memory with non-blocking copies, the device sync of each log step, fp16
-loss scaling, channels_last and torch.compile. The CUDA cases skip without CUDA; the CPU cases
-run the same calls everywhere (with --prefetch-depth 2, so the loader thread runs there too).
+loss scaling, channels_last and torch.compile, and a torchvision backbone with a moving average
+of its weights. The CUDA cases skip without CUDA; the CPU cases run the same calls everywhere
+(with --prefetch-depth 2, so the loader thread runs there too).
 
 Run: pytest tests/test_cuda.py
 """
@@ -23,6 +24,7 @@ CASES = {
     "fp16": ["--amp", "fp16"],
     "channels-last": ["--channels-last"],
     "compile": ["--channels-last", "--compile"],
+    "resnet18-ema": ["--backbone", "resnet18", "--channels-last", "--amp", "bf16", "--ema-decay", "0.9"],
 }
 # The CPU twin leaves out fp16, which needs a GPU, and torch.compile, which takes half a minute
 # to compile on a CPU (test_techniques.py compiles a smaller model there).

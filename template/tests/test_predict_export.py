@@ -65,10 +65,11 @@ def test_predict_matches_the_model_on_a_single_file(run_dir, images, capsys, tra
     _, label_prob = capsys.readouterr().out.strip().split("\t")
     state = torch.load(run_dir / "last.pt", weights_only=True)
     args = train_script.get_args_parser().parse_args(["--img-size", "16", "--widths", "8,16"])
-    splits = train_script.data.build_datasets("shapes", None, 16, train_size=8, val_size=8)
+    prep = train_script.transforms.Preprocessing(16)
+    splits = train_script.data.build_datasets("shapes", None, prep, train_size=8, val_size=8)
     model = train_script.build_model(args, splits, torch.device("cpu")).eval()
     model.load_state_dict(state["model"])
-    tensor = train_script.data.build_transforms(16, train=False)(Image.open(image).convert("RGB"))
+    tensor = train_script.transforms.build_transforms(prep, train=False)(Image.open(image).convert("RGB"))
     with torch.no_grad():
         probs = model(tensor[None]).softmax(dim=1)[0]  # (num_classes,)
     assert label_prob == f"{state['classes'][probs.argmax()]} {probs.max():.3f}"
@@ -97,6 +98,25 @@ def test_export_matches_the_eager_model(run_dir, tmp_path, fmt, capsys):
     with torch.no_grad():
         logits = loaded(images)  # (3, num_classes)
     assert logits.shape == (3, len(state["classes"]))
+
+
+@pytest.mark.parametrize("backbone", ["resnet18", "mobilenet_v3_small"])
+def test_a_fine_tuned_torchvision_model_predicts_and_exports_from_its_checkpoint_alone(
+    backbone, tmp_path, images, train_script, capsys
+):
+    """No flags after training: the backbone, its preprocessing and the averaged weights come from the checkpoint."""
+    flags = ["--device", "cpu", "--backbone", backbone, "--freeze-backbone", "--ema-decay", "0.9", "--img-size", "32",
+             "--shapes-train-size", "32", "--shapes-val-size", "8", "--batch-size", "8", "--max-steps-per-epoch", "2",
+             "--epochs", "1", "--progress", "never", "--output-dir", str(tmp_path), "--run-name", "run"]  # fmt: skip
+    assert train_script.main(flags) == 0
+    capsys.readouterr()
+    checkpoint = tmp_path / "run" / "best.pt"
+    assert load_script("predict").main([str(checkpoint), str(images), "--device", "cpu"]) == 0
+    assert load_script("export").main([str(checkpoint)]) == 0  # exit 1 if it differs by more than 1e-4
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(train_script.data.SHAPES) + 1  # one per image, then export.py's line
+    assert float(lines[-1].rsplit(": ", 1)[1]) <= 1e-4
+    assert checkpoint.with_suffix(".pt2").is_file()
 
 
 def test_export_never_overwrites_a_checkpoint_or_an_input(run_dir, tmp_path, capsys):

@@ -2,7 +2,8 @@
 
 Gradient accumulation, bf16 autocast, learning-rate schedules with warm-up, gradient clipping,
 label smoothing and focal loss, mixup, weight decay groups, seeds and deterministic mode, channels
-last, torch.compile, a frozen backbone and its learning-rate scale, early stopping, epoch
+last, torch.compile, a frozen backbone and its learning-rate scale, a moving average of the
+weights, early stopping, epoch
 checkpoints, loader workers, the progress bar, logging intervals and TensorBoard, image folders,
 and a missing torchvision dataset. Everything is reached through train.py (the `train_script`
 fixture), so no package or model name appears here.
@@ -113,7 +114,8 @@ def no_batch_norm_no_flips(train_script, monkeypatch):
         return model
 
     monkeypatch.setattr(train_script, "build_model", build_model_without_batch_norm)
-    monkeypatch.setattr(train_script.data, "build_transforms", lambda size, train: build_transforms(size, train=False))
+    no_flips = lambda prep, train, gray=False: build_transforms(prep, train=False, gray=gray)  # noqa: E731
+    monkeypatch.setattr(train_script.data, "build_transforms", no_flips)
 
 
 @pytest.mark.parametrize(
@@ -213,7 +215,7 @@ def test_learning_rate_follows_the_schedule(train_script, tiny_args, schedule):
 @pytest.mark.filterwarnings("error:Detected call of")
 def test_plateau_cuts_the_learning_rate_after_its_patience(train_script, tiny_args, monkeypatch):
     """Validation accuracy never improves: ReduceLROnPlateau (patience 5) cuts the rate after epoch 7."""
-    monkeypatch.setattr(train_script, "validate", lambda s, args: {"loss": 1.0, "accuracy": 0.5, "samples": 40})
+    monkeypatch.setattr(train_script, "validate", lambda s, args, model: {"loss": 1.0, "accuracy": 0.5, "samples": 40})
     used = []
 
     def prepare(session):
@@ -460,13 +462,52 @@ def test_patience_stops_after_epochs_without_improvement(
     train_script, tiny_args, monkeypatch, capsys, accuracies, epochs_run
 ):
     scores = iter(accuracies)
-    monkeypatch.setattr(train_script, "validate", lambda s, a: {"loss": 1.0, "accuracy": next(scores), "samples": 40})
+    monkeypatch.setattr(train_script, "validate", lambda *_: {"loss": 1.0, "accuracy": next(scores), "samples": 40})
     argv = [*tiny_args, "--epochs", "5", "--patience", "2", "--max-steps-per-epoch", "1"]
     assert train_script.main(argv) == 0
     assert ("early stop" in capsys.readouterr().out) == (epochs_run < 5)
     state = torch.load(run_dir(argv) / "last.pt", weights_only=True)
     assert state["run_state"]["epoch"] == epochs_run
     assert len(records(run_dir(argv), "val")) == epochs_run
+
+
+def test_the_moving_average_is_validated_logged_chosen_and_used(train_script, test_script, tiny_args, capsys):
+    argv = [*tiny_args, "--epochs", "2", "--ema-decay", "0.5", "--ema-every", "2"]
+    assert train_script.main(argv) == 0
+    assert capsys.readouterr().out.count("EMA val accuracy") == 2
+    directory = run_dir(argv)
+    ema_records = records(directory, "val_ema")
+    assert [r["epoch"] for r in ema_records] == [1, 2] and all(r["samples"] == 40 for r in ema_records)
+    state = torch.load(directory / "last.pt", weights_only=True)
+    assert state["ema_updates"] == 6  # 12 optimizer steps, one update every 2
+    assert state["run_state"]["best_accuracy"] == max(r["accuracy"] for r in ema_records)  # best.pt follows the EMA
+    assert any(not torch.equal(state["ema"][key], state["model"][key]) for key in state["model"])
+
+    reports = {}
+    for extra, name in (([], "ema"), (["--no-ema"], "model")):
+        out = directory / f"{name}.json"
+        assert test_script.main([str(directory / "last.pt"), "--device", "cpu", "--json", str(out), *extra]) == 0
+        reports[name] = json.loads(out.read_text())
+        assert reports[name]["weights"] == name
+    assert reports["ema"]["accuracy"] == ema_records[-1]["accuracy"]  # test.py evaluates what validation did
+    assert reports["model"]["accuracy"] == records(directory, "val")[-1]["accuracy"]
+
+
+def test_best_checkpoint_follows_the_moving_average(train_script, tiny_args, monkeypatch):
+    calls: list[bool] = []
+
+    def validate(s, args, model):  # the trained model keeps improving, its average gets worse
+        ema = s.ema is not None and model is s.ema.module
+        calls.append(ema)
+        epoch = calls.count(ema)
+        return {"loss": 1.0, "accuracy": (0.9 - 0.1 * epoch) if ema else 0.1 * epoch, "samples": 40}
+
+    monkeypatch.setattr(train_script, "validate", validate)
+    argv = [*tiny_args, "--epochs", "2", "--ema-decay", "0.9", "--max-steps-per-epoch", "1"]
+    assert train_script.main(argv) == 0
+    assert calls == [False, True, False, True]
+    best = torch.load(run_dir(argv) / "best.pt", weights_only=True)
+    assert best["run_state"]["epoch"] == 1 and best["run_state"]["best_accuracy"] == pytest.approx(0.8)
 
 
 def test_keep_epochs_keeps_the_newest_epoch_files(train_script, tiny_args):

@@ -25,12 +25,13 @@ def test_help_lists_the_documented_flags(train_script, capsys):
     out = capsys.readouterr().out
     for flag in ("--dataset", "--data-dir", "--download", "--img-size", "--epochs", "--batch-size", "--lr", "--device",
                  "--num-workers", "--seed", "--output-dir", "--log-interval", "--max-steps-per-epoch", "--resume",
-                 "--prefetch-depth"):  # fmt: skip
+                 "--prefetch-depth", "--backbone", "--weights", "--freeze-backbone", "--ema-decay",
+                 "--ema-every"):  # fmt: skip
         assert flag in out
     text = " ".join(out.split())  # argparse wraps lines
     assert "(default: 5)" in text  # the real defaults are shown ...
     assert "(default: None)" not in text and "(default: the start time" in text  # ... where there is one
-    assert "channels per stage, e.g. 8,16 (default: 16,32,64)" in text
+    assert "builtin: channels per stage (default: 16,32,64)" in text
 
 
 def test_smoke_train_then_evaluate(train_script, test_script, tiny_args, capsys):
@@ -66,12 +67,13 @@ def train_losses(directory: Path) -> list[float]:
 
 
 def test_extending_a_run_with_a_step_schedule_is_exact(train_script, tiny_args, tmp_path):
-    """--epochs 2 in one run == --epochs 1, then --resume --epochs 2: same losses, same weights, bit for bit.
+    """--epochs 2 in one run == --epochs 1, then --resume --epochs 2: same losses, same weights (and their
+    moving average), bit for bit.
 
     Only the --epochs is given on resume: every other flag comes from the checkpoint.
     """
     common = [*tiny_args, "--scheduler", "step", "--step-epochs", "1", "--lr-gamma", "0.5", "--warmup-epochs", "0",
-              "--mixup-alpha", "0.4"]  # fmt: skip
+              "--mixup-alpha", "0.4", "--ema-decay", "0.9", "--ema-every", "2"]  # fmt: skip
     assert train_script.main([*common, "--epochs", "2", "--output-dir", str(tmp_path / "a")]) == 0
     assert train_script.main([*common, "--epochs", "1", "--output-dir", str(tmp_path / "b")]) == 0
     assert train_script.main(["--resume", str(tmp_path / "b" / "run"), "--epochs", "2", "--device", "cpu"]) == 0
@@ -82,6 +84,8 @@ def test_extending_a_run_with_a_step_schedule_is_exact(train_script, tiny_args, 
     b = torch.load(resumed / "last.pt", weights_only=True)
     assert a["run_state"] == b["run_state"]
     assert all(torch.equal(a["model"][key], b["model"][key]) for key in a["model"])
+    assert all(torch.equal(a["ema"][key], b["ema"][key]) for key in a["ema"])
+    assert a["ema_updates"] == b["ema_updates"] == 6
     assert (resumed / "args-resume-step6.json").is_file()  # the first run's args.json is kept
 
 
@@ -267,7 +271,7 @@ def test_training_and_eval_modes_and_hooks(train_script, tiny_args):
     session.model.register_forward_pre_hook(lambda module, inputs: modes.append(module.training))
     assert run_one_epoch(train_script, session, state, args)
     assert modes == [True, True]
-    metrics = train_script.validate(session, args)
+    metrics = train_script.validate(session, args, session.wrapped)
     session.logger.close()
     assert modes[2:] and not any(modes[2:])  # every evaluation forward ran in eval mode
     assert session.model.training  # and evaluation restored train mode

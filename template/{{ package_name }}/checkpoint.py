@@ -54,13 +54,23 @@ def training_state(
     args: dict[str, Any],
     classes: list[str],
     model_name: str,
+    *,
+    preprocessing: dict[str, Any],
+    ema: Any = None,
 ) -> dict[str, Any]:
-    """Everything a resumed run needs, as tensors and plain Python (loadable with weights_only=True)."""
+    """Everything a resumed run needs, as tensors and plain Python (loadable with weights_only=True).
+
+    `preprocessing`: how images were fed to the model (transforms.Preprocessing.to_dict()).
+    `ema`: an optim.EMA, whose weights test.py, predict.py and export.py use by default.
+    """
     return {
         "model": unwrap(model).state_dict(),  # the bare model: no wrapper prefixes in its keys
         "model_name": model_name,
         "model_config": unwrap(model).config.to_dict(),
         "classes": classes,
+        "preprocessing": preprocessing,
+        "ema": ema.module.state_dict() if ema is not None else None,
+        "ema_updates": ema.updates if ema is not None else 0,
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "scaler": scaler.state_dict(),
@@ -230,14 +240,18 @@ def restore(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     scaler: torch.amp.GradScaler,
+    ema: Any = None,
 ) -> RunState:
-    """Load a checkpoint into freshly built objects and return its counters.
+    """Load a checkpoint into freshly built objects (an optim.EMA too) and return its counters.
 
     Raises UsageError if it holds another model or config. Restores the random-number state
     too, so call it after everything else that draws random numbers (model init) is built.
     """
     check_compatible(state, model_name, unwrap(model).config.to_dict())
     unwrap(model).load_state_dict(state["model"])
+    if ema is not None:
+        ema.module.load_state_dict(state["ema"])
+        ema.updates = state["ema_updates"]
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     if state["scaler"]:  # empty when saved without --amp fp16: a newly enabled scaler starts afresh

@@ -1,4 +1,4 @@
-"""The dataset module: datasets, transforms and loaders (their samplers: samplers.py).
+"""The dataset module: datasets and loaders (their transforms: transforms.py; samplers: samplers.py).
 
 Three sources, chosen with train.py's --dataset:
   shapes        built-in synthetic coloured shapes; no download, learnable in about a minute
@@ -23,6 +23,7 @@ from . import UsageError
 from .ops import mixup, one_hot
 from .samplers import ShardSampler, ShuffleSampler
 from .shapes import SHAPES, SyntheticShapes
+from .transforms import Preprocessing, build_transforms
 
 DATASETS = ("shapes", "imagefolder", "cifar10", "mnist", "fashionmnist")
 TORCHVISION_DATASETS = {
@@ -56,19 +57,10 @@ def dataset_name(name: str | None, data_dir: Path | None) -> str:
     return "imagefolder" if data_dir is not None else "shapes"
 
 
-def build_transforms(img_size: int, train: bool) -> v2.Compose:
-    """Resize to img_size, scale to [-1, 1]; the train pipeline adds random flips, eval has none."""
-    steps: list[v2.Transform] = [v2.ToImage(), v2.Resize((img_size, img_size), antialias=True)]
-    if train:
-        steps.append(v2.RandomHorizontalFlip())
-    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5], [0.5])]
-    return v2.Compose(steps)
-
-
 def build_split(
     name: str,
     data_dir: Path | None,
-    img_size: int,
+    prep: Preprocessing,
     train: bool,
     *,
     download: bool = False,
@@ -76,32 +68,34 @@ def build_split(
     train_size: int = 12_000,
     val_size: int = 2_000,
 ) -> Split:
-    """Build the train split (with random flips) or the validation split, and only that one.
+    """Build the train split (randomly augmented) or the validation split, and only that one.
 
-    Only this split's files are read: evaluating needs no training data. Raises UsageError on a
-    missing or empty source.
+    Only this split's files are read: evaluating needs no training data. Images are preprocessed
+    as `prep` says. Raises UsageError on a missing or empty source.
     """
     if download and name not in TORCHVISION_DATASETS:
         raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
-    transform = build_transforms(img_size, train)
+    gray = name in TORCHVISION_DATASETS and TORCHVISION_DATASETS[name][1] == 1
+    transform = build_transforms(prep, train, gray=gray)
     if name == "shapes":
         # Distinct seeds per split, so no validation image is a training image.
         size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)
-        return Split(SyntheticShapes(size, img_size, seed=split_seed, transform=transform), list(SHAPES), 3)
+        return Split(SyntheticShapes(size, prep.crop_size, seed=split_seed, transform=transform), list(SHAPES), 3)
     if data_dir is None:
         raise UsageError(f"--dataset {name} needs --data-dir")
     if name == "imagefolder":
         folder = _image_folder(data_dir / ("train" if train else "val"), transform)
         return Split(folder, folder.classes, 3)
     if name in TORCHVISION_DATASETS:
-        return _torchvision_split(name, data_dir, train, transform, download)
+        split = _torchvision_split(name, data_dir, train, transform, download)
+        return split._replace(in_channels=prep.channels or split.in_channels)
     raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
 def build_datasets(
     name: str,
     data_dir: Path | None,
-    img_size: int,
+    prep: Preprocessing,
     *,
     download: bool = False,
     seed: int = 0,
@@ -110,8 +104,8 @@ def build_datasets(
 ) -> DataSplits:
     """Build the train and validation splits with build_split(); they must have the same classes."""
     options = {"download": download, "seed": seed, "train_size": train_size, "val_size": val_size}
-    train = build_split(name, data_dir, img_size, train=True, **options)
-    val = build_split(name, data_dir, img_size, train=False, **options)
+    train = build_split(name, data_dir, prep, train=True, **options)
+    val = build_split(name, data_dir, prep, train=False, **options)
     if train.classes != val.classes:
         raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
     return DataSplits(train.dataset, val.dataset, train.classes, train.in_channels)

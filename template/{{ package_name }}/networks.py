@@ -1,9 +1,14 @@
-"""Networks composed from the blocks in layers.py."""
+"""Networks: composed from the blocks in layers.py, or built around a torchvision model."""
 
 import torch
+import torchvision
 from torch import nn
 
+from . import UsageError
 from .layers import ConvBlock, GlobalAvgPool, ResBlock
+
+# Built without weights, torchvision's classifiers end in a layer with this many outputs.
+IMAGENET_CLASSES = 1000
 
 
 class ResNetClassifier(nn.Module):
@@ -36,3 +41,57 @@ class ResNetClassifier(nn.Module):
         """Map images (N, C, H, W) to logits (N, num_classes)."""
         features = self.backbone(x)  # (N, widths[-1])
         return self.head(features)
+
+
+class TorchvisionClassifier(nn.Module):
+    """A torchvision classification model as the backbone, with a new head for `num_classes`.
+
+    The model's own last layer (`fc`, `classifier[-1]`, `heads.head`, squeezenet's final 1x1
+    convolution, ...) becomes an identity, so the backbone maps images (N, 3, H, W) to features
+    (N, F); the head is dropout then a linear layer. The backbone is built without weights:
+    pretrained.py loads them. `image_size` matters only to models built for one input size
+    (vit_*, maxvit_t). Input (N, 3, image_size, image_size); output logits (N, num_classes).
+    """
+
+    def __init__(self, name: str, num_classes: int, dropout: float = 0.0, image_size: int = 224) -> None:
+        super().__init__()
+        options: dict = {}
+        if name.startswith("vit_"):
+            options["image_size"] = image_size
+        elif name.startswith("maxvit_"):
+            options["input_size"] = (image_size, image_size)
+        elif name in ("googlenet", "inception_v3"):
+            options.update(aux_logits=False, init_weights=True)  # one output; no deprecation warning
+        try:
+            self.backbone = torchvision.models.get_model(name, weights=None, **options)
+        except (ValueError, RuntimeError, AssertionError) as err:  # an input size the model cannot take
+            raise UsageError(f"--backbone {name} cannot be built for {image_size}x{image_size} images: {err}") from None
+        self.classifier_name, features = replace_classifier(self.backbone)
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(features, num_classes))
+        nn.init.normal_(self.head[1].weight, std=0.01)  # start near uniform predictions
+        nn.init.zeros_(self.head[1].bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Map images (N, 3, H, W) to logits (N, num_classes)."""
+        features = self.backbone(x)  # (N, F)
+        return self.head(features)
+
+
+def replace_classifier(model: nn.Module) -> tuple[str, int]:
+    """Make the model's final layer an identity, in place; return its dotted name and its input features.
+
+    The final layer is the last module that maps to the ImageNet classes: a Linear layer in every
+    torchvision classifier but squeezenet, where it is a 1x1 convolution before the pooling.
+    """
+    final = [
+        (name, module)
+        for name, module in model.named_modules()
+        if (isinstance(module, nn.Linear) and module.out_features == IMAGENET_CLASSES)
+        or (isinstance(module, nn.Conv2d) and module.out_channels == IMAGENET_CLASSES)
+    ]
+    if not final:
+        raise UsageError(f"cannot find the classifier of {type(model).__name__} to replace")
+    name, layer = final[-1]
+    parent_name, _, attribute = name.rpartition(".")
+    setattr(model.get_submodule(parent_name), attribute, nn.Identity())
+    return name, layer.in_features if isinstance(layer, nn.Linear) else layer.in_channels

@@ -1,5 +1,7 @@
-"""Optimizer parameter groups and learning-rate schedules."""
+"""Optimizer parameter groups, learning-rate schedules, and a moving average of the weights."""
 
+import copy
+import itertools
 import math
 
 import torch
@@ -82,3 +84,39 @@ def build_scheduler(
         return 1.0
 
     return LambdaLR(optimizer, factor)
+
+
+class EMA:
+    """Exponential moving average of a model's weights, for evaluating a smoother model than the last step's.
+
+    update() after every `every`-th optimizer step: ema = decay * ema + (1 - decay) * weights, for
+    every floating-point parameter and buffer (batch-norm statistics too); integer buffers are
+    copied. The first update copies the weights, so the average never holds the random init.
+    The counter lives in Python, so an update never waits for the device.
+    """
+
+    def __init__(self, model: nn.Module, decay: float, every: int = 1) -> None:
+        self.module = copy.deepcopy(model).eval().requires_grad_(False)  # (frozen backbones included)
+        self.decay, self.every = decay, every
+        self.updates = 0
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, step: int) -> None:
+        """Average `model` (bare or wrapped: same parameters in the same order) in, if `step` is an update step."""
+        if step % self.every != 0:
+            return
+        pairs = zip(_tensors(self.module), _tensors(model), strict=True)
+        averaged, current = [], []
+        for mine, theirs in pairs:
+            if self.updates == 0 or not mine.is_floating_point():
+                mine.copy_(theirs)
+            else:
+                averaged.append(mine)
+                current.append(theirs)
+        if averaged:  # one fused kernel per device and dtype instead of one per tensor
+            torch._foreach_lerp_(averaged, current, 1 - self.decay)
+        self.updates += 1
+
+
+def _tensors(model: nn.Module) -> list[torch.Tensor]:
+    return list(itertools.chain(model.parameters(), model.buffers()))
