@@ -208,14 +208,19 @@ def resolve(path: Path) -> Path:
 def load(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
     """Read a checkpoint written by train.py, tensors only (weights_only=True); UsageError if unusable."""
     path = resolve(path)
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - garbage bytes fail in many ways inside the unpickler
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UsageError(f"checkpoint {path} is corrupt or not a PyTorch file ({first_line})") from None
+    state = read(path, "checkpoint", map_location)
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
         raise UsageError(f"{path} is not a checkpoint written by train.py (missing model state or config)")
     return state
+
+
+def read(path: Path, what: str, map_location: torch.device | str = "cpu") -> Any:
+    """torch.load(path, weights_only=True); a file it cannot read is a UsageError naming `what` and the path."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - garbage bytes fail in many ways inside the unpickler
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UsageError(f"{what} {path} is corrupt or not a PyTorch file ({first_line})") from None
 
 
 def check_compatible(state: dict[str, Any], model_name: str, model_config: dict[str, Any]) -> None:

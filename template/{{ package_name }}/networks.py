@@ -68,8 +68,6 @@ class TorchvisionClassifier(nn.Module):
             raise UsageError(f"--backbone {name} cannot be built for {image_size}x{image_size} images: {err}") from None
         self.classifier_name, features = replace_classifier(self.backbone)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(features, num_classes))
-        nn.init.normal_(self.head[1].weight, std=0.01)  # start near uniform predictions
-        nn.init.zeros_(self.head[1].bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map images (N, 3, H, W) to logits (N, num_classes)."""

@@ -18,7 +18,7 @@ import torch
 import torchvision
 from torch import nn
 
-from . import UsageError, transforms
+from . import UsageError, checkpoint, transforms
 from .transforms import Preprocessing
 
 BUILTIN = "builtin"
@@ -124,11 +124,7 @@ def _read(path: Path) -> dict[str, Any]:
         raise UsageError(f"--weights {path} is a folder; name a .pt/.pth file in it, such as a run's best.pt")
     if not path.is_file():
         raise UsageError(f"--weights file {path} does not exist")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - garbage bytes fail in many ways inside the unpickler
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UsageError(f"--weights file {path} is corrupt or not a PyTorch file ({reason})") from None
+    state = checkpoint.read(path, "--weights file")
     if not isinstance(state, dict):
         raise UsageError(f"--weights file {path} holds a {type(state).__name__}, not a state_dict")
     return state
