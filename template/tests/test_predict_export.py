@@ -69,7 +69,7 @@ def test_predict_matches_the_model_on_a_single_file(run_dir, images, capsys, tra
     splits = train_script.data.build_datasets("shapes", None, prep, train_size=8, val_size=8)
     model = train_script.build_model(args, splits, torch.device("cpu")).eval()
     model.load_state_dict(state["model"])
-    tensor = train_script.transforms.build_transforms(prep, train=False)(Image.open(image).convert("RGB"))
+    tensor = train_script.transforms.build_transforms(prep)(Image.open(image).convert("RGB"))
     with torch.no_grad():
         probs = model(tensor[None]).softmax(dim=1)[0]  # (num_classes,)
     assert label_prob == f"{state['classes'][probs.argmax()]} {probs.max():.3f}"

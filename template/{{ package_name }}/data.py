@@ -15,15 +15,14 @@ from typing import NamedTuple
 
 import torch
 from prefetch_generator import BackgroundGenerator
-from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
+from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision import datasets
 from torchvision.transforms import v2
 
 from . import UsageError
-from .ops import mixup, one_hot
-from .samplers import ShardSampler, ShuffleSampler
+from .samplers import SeededSampler, ShardSampler, ShuffleSampler
 from .shapes import SHAPES, SyntheticShapes
-from .transforms import Preprocessing, build_transforms
+from .transforms import Augmentation, BatchMix, Preprocessing, Seeded, build_transforms
 
 DATASETS = ("shapes", "imagefolder", "cifar10", "mnist", "fashionmnist")
 TORCHVISION_DATASETS = {
@@ -63,12 +62,13 @@ def build_split(
     prep: Preprocessing,
     train: bool,
     *,
+    augment: Augmentation | None = None,
     download: bool = False,
     seed: int = 0,
     train_size: int = 12_000,
     val_size: int = 2_000,
 ) -> Split:
-    """Build the train split (randomly augmented) or the validation split, and only that one.
+    """Build the train split (augmented as `augment` says, if given) or the validation split, and only that one.
 
     Only this split's files are read: evaluating needs no training data. Images are preprocessed
     as `prep` says. Raises UsageError on a missing or empty source.
@@ -76,7 +76,7 @@ def build_split(
     if download and name not in TORCHVISION_DATASETS:
         raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
     gray = name in TORCHVISION_DATASETS and TORCHVISION_DATASETS[name][1] == 1
-    transform = build_transforms(prep, train, gray=gray)
+    transform = build_transforms(prep, augment if train else None, gray=gray)
     if name == "shapes":
         # Distinct seeds per split, so no validation image is a training image.
         size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)
@@ -97,14 +97,15 @@ def build_datasets(
     data_dir: Path | None,
     prep: Preprocessing,
     *,
+    augment: Augmentation | None = None,
     download: bool = False,
     seed: int = 0,
     train_size: int = 12_000,
     val_size: int = 2_000,
 ) -> DataSplits:
-    """Build the train and validation splits with build_split(); they must have the same classes."""
+    """Build the train (augmented) and validation splits with build_split(); they must have the same classes."""
     options = {"download": download, "seed": seed, "train_size": train_size, "val_size": val_size}
-    train = build_split(name, data_dir, prep, train=True, **options)
+    train = build_split(name, data_dir, prep, train=True, augment=augment or Augmentation(), **options)
     val = build_split(name, data_dir, prep, train=False, **options)
     if train.classes != val.classes:
         raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
@@ -151,43 +152,21 @@ def _image_folder(root: Path, transform: v2.Compose) -> datasets.ImageFolder:
         raise UsageError(f"image folder {root} has no images: {err}") from None
 
 
-class MixupCollate:
-    """Batch samples, then mix them: soft targets (N, num_classes) with lambda ~ Beta(alpha, alpha).
-
-    Labels are smoothed by `label_smoothing` before they are mixed: the loss smooths only class
-    indices, never the probabilities it gets from here. Mixing happens here, in the loading
-    thread or worker, next to the random flips, so the training loop itself draws no random
-    numbers from the CPU generator. (Dropout on the CPU would: with it, prefetched runs are no
-    longer reproducible bit for bit.)
-    """
-
-    def __init__(self, alpha: float, num_classes: int, label_smoothing: float = 0.0) -> None:
-        self.beta = torch.distributions.Beta(torch.tensor(alpha), torch.tensor(alpha))
-        self.num_classes = num_classes
-        self.label_smoothing = label_smoothing
-
-    def __call__(self, samples: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Collate a list of (image, label) pairs into mixed images (N, C, H, W) and targets (N, K)."""
-        images, labels = default_collate(samples)
-        lam = float(self.beta.sample())
-        perm = torch.randperm(images.shape[0])
-        return mixup(images, one_hot(labels, self.num_classes, self.label_smoothing), lam, perm)
-
-
 def build_loader(
     dataset: Dataset,
     batch_size: int,
     *,
-    sampler: Sampler[int] | None = None,
+    sampler: Sampler | None = None,
     train: bool = False,
     num_workers: int = 0,
     pin_memory: bool = False,
-    collate_fn: MixupCollate | None = None,
+    collate_fn: BatchMix | None = None,
 ) -> DataLoader:
     """Wrap a dataset in a DataLoader.
 
     Training drops the last incomplete batch (a batch of one breaks batch norm); evaluation
-    keeps every sample, in order unless a sampler is given.
+    keeps every sample, in order unless a sampler is given. The loader's own generator seeds
+    its workers, so creating an iterator draws nothing from torch's global generator.
     """
     return DataLoader(
         dataset,
@@ -197,6 +176,7 @@ def build_loader(
         num_workers=num_workers,
         pin_memory=pin_memory,
         collate_fn=collate_fn,
+        generator=torch.Generator().manual_seed(0),
         # Workers stay alive across epochs instead of being forked again each epoch.
         persistent_workers=num_workers > 0,
     )
@@ -210,21 +190,23 @@ def build_loaders(
     num_workers: int = 0,
     pin_memory: bool = False,
     mixup_alpha: float = 0.0,
+    cutmix_alpha: float = 0.0,
     label_smoothing: float = 0.0,
     rank: int = 0,
     world_size: int = 1,
 ) -> tuple[DataLoader, DataLoader]:
-    """Training loader (a new shuffle each epoch, optional mixup) and validation loader.
+    """Training loader (a new shuffle each epoch, seeded augmentation, optional mixup/cutmix) and validation loader.
 
     With world_size > 1 each process gets its share: training batches padded to the same
     count on every rank, validation split without padding so each sample is counted once.
-    label_smoothing applies to mixed targets; without mixup the loss smooths the labels itself.
+    label_smoothing applies to mixed targets; without mixing the loss smooths the labels itself.
     """
-    mixup = MixupCollate(mixup_alpha, len(splits.classes), label_smoothing) if mixup_alpha > 0 else None
+    mix = BatchMix(len(splits.classes), mixup_alpha, cutmix_alpha, label_smoothing)
     train_sampler = ShuffleSampler(len(splits.train), seed, rank, world_size)
     val_sampler = ShardSampler(len(splits.val), rank, world_size) if world_size > 1 else None
     common = {"num_workers": num_workers, "pin_memory": pin_memory}
-    train = build_loader(splits.train, batch_size, sampler=train_sampler, train=True, collate_fn=mixup, **common)
+    seeded, sampler = Seeded(splits.train), SeededSampler(train_sampler)  # items (image, label, seed)
+    train = build_loader(seeded, batch_size, sampler=sampler, train=True, collate_fn=mix, **common)
     val = build_loader(splits.val, batch_size, sampler=val_sampler, **common)
     if len(train) == 0:  # the last partial batch is dropped: a share smaller than a batch gives none
         if world_size == 1:

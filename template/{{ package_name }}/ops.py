@@ -32,6 +32,21 @@ def mixup(
     return mixed_images, mixed_targets
 
 
+def cutmix(
+    images: torch.Tensor, soft_targets: torch.Tensor, box: tuple[int, int, int, int], perm: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paste the box (top, left, height, width) of image perm[i] into image i; mix targets by area.
+
+    images is (N, C, H, W), soft_targets (N, K); both outputs keep those shapes. The targets
+    get weight 1 - box area / image area for the image's own label, the rest for perm[i]'s.
+    """
+    top, left, height, width = box
+    mixed = images.clone()
+    mixed[:, :, top : top + height, left : left + width] = images[perm, :, top : top + height, left : left + width]
+    lam = 1.0 - height * width / (images.shape[-2] * images.shape[-1])
+    return mixed, lam * soft_targets + (1.0 - lam) * soft_targets[perm]
+
+
 def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Fraction of rows whose arg-max matches the target index, as a 0-dim tensor (no sync)."""
     return (logits.argmax(dim=1) == targets).float().mean()

@@ -1,7 +1,8 @@
 """Samplers: which sample indices each process reads, in which order.
 
-Training shuffles anew each epoch and pads so every rank runs the same number of steps;
-evaluation shards without padding so every sample is counted exactly once.
+Training shuffles anew each epoch and pads so every rank runs the same number of steps, and
+gives each sample the seed of its random augmentation; evaluation shards without padding so
+every sample is counted exactly once.
 """
 
 import math
@@ -43,6 +44,36 @@ class ShuffleSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return max(0, self.per_rank - self.start)
+
+
+class SeededSampler(Sampler[tuple[int, int]]):
+    """The indices of a ShuffleSampler, each with its augmentation seed: (index, sample_seed(seed, epoch, index)).
+
+    The seed depends on nothing else (not on the worker, the process or what ran before), so a
+    sample is augmented the same way in a run left alone and in one resumed mid-epoch.
+    """
+
+    def __init__(self, sampler: ShuffleSampler) -> None:
+        self.sampler = sampler
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """ShuffleSampler.set_epoch()."""
+        self.sampler.set_epoch(epoch, start)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        seed, epoch = self.sampler.seed, self.sampler.epoch
+        return ((index, sample_seed(seed, epoch, index)) for index in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """A well-mixed 63-bit seed from three integers (splitmix64's finaliser): nearby inputs give unrelated seeds."""
+    x = (seed * 0x9E3779B97F4A7C15 + epoch * 0xD1B54A32D192ED03 + index * 0x8CB92BA72F3D8DD7) % 2**64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
+    return (x ^ (x >> 31)) >> 1
 
 
 class ShardSampler(Sampler[int]):

@@ -1,17 +1,27 @@
-"""Image preprocessing: the size and statistics a network expects, and the train and eval pipelines.
+"""Image preprocessing and augmentation: what a network expects, and how training varies it.
 
 A Preprocessing is decided once, when a run starts (from pretrained weights, or the built-in
 defaults), saved in every checkpoint, and read back by test.py, predict.py and export.py, so
-every script feeds the model exactly what training fed it.
+every script feeds the model exactly what training fed it. An Augmentation says which random
+changes training makes (evaluation makes none); each is a pure function of (seed, epoch,
+sample index): Seeded seeds every sample, BatchMix every batch, so a run resumed mid-epoch,
+or run with other --num-workers, sees exactly the same images.
 """
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
+from torch.utils.data import Dataset, default_collate
 from torchvision.transforms import v2
 
+from . import UsageError
+from .ops import cutmix, mixup, one_hot
+
 INTERPOLATIONS = {mode.value: mode for mode in v2.InterpolationMode}
+AUTO_AUGMENT = ("none", "trivialaugment", "randaugment", "autoaugment", "augmix")
 
 
 @dataclass(frozen=True)
@@ -40,29 +50,6 @@ class Preprocessing:
         return Preprocessing(crop_size, resize, self.mean, self.std, self.interpolation, self.channels)
 
 
-def build_transforms(prep: Preprocessing, train: bool, gray: bool = False) -> v2.Compose:
-    """The pipeline from a PIL image or uint8 tensor to a normalised float tensor (C, crop, crop).
-
-    Evaluation resizes (the whole image to the crop size, or the shorter side to resize_size and
-    then the centre crop). Training takes a random crop of the same scale instead of the centre,
-    and flips horizontally. `gray`: the source images have one channel, converted to
-    prep.channels when that is 3.
-    """
-    interpolation = INTERPOLATIONS[prep.interpolation]
-    steps: list[v2.Transform] = [v2.ToImage()]
-    if gray and prep.channels == 3:
-        steps.append(v2.RGB())  # a pretrained network wants three channels: repeat the gray one
-    if prep.resize_size is None:
-        steps.append(v2.Resize((prep.crop_size, prep.crop_size), interpolation=interpolation, antialias=True))
-    else:
-        steps.append(v2.Resize(prep.resize_size, interpolation=interpolation, antialias=True))
-        steps.append(v2.RandomCrop(prep.crop_size) if train else v2.CenterCrop(prep.crop_size))
-    if train:
-        steps.append(v2.RandomHorizontalFlip())
-    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(prep.mean), list(prep.std))]
-    return v2.Compose(steps)
-
-
 def from_weights(transforms: Any, channels: int = 3) -> Preprocessing:
     """The evaluation preprocessing of torchvision weights, from their `weights.transforms()`."""
     return Preprocessing(
@@ -80,3 +67,136 @@ def from_checkpoint(state: dict[str, Any]) -> Preprocessing:
     if "preprocessing" in state:
         return Preprocessing(**state["preprocessing"])
     return Preprocessing(crop_size=state["args"]["img_size"])
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """The random changes training makes to its images (train.py's augmentation flags)."""
+
+    hflip: float = 0.5  # probability of a horizontal flip
+    vflip: float = 0.0  # probability of a vertical flip
+    resized_crop: tuple[float, float] | None = None  # RandomResizedCrop's scale range; None: crop at fixed scale
+    auto_augment: str = "none"  # one of AUTO_AUGMENT
+    magnitude: int = 9  # randaugment's magnitude, of 0-30
+    erasing: float = 0.0  # probability of erasing a random rectangle
+
+    def __post_init__(self) -> None:
+        if self.resized_crop is not None:
+            low, high = self.resized_crop
+            object.__setattr__(self, "resized_crop", (low, high))  # JSON gives a list back
+            if not 0 < low <= high <= 1:
+                raise UsageError(f"--random-resized-crop {low} {high}: need 0 < MIN <= MAX <= 1")
+        if self.auto_augment not in AUTO_AUGMENT:
+            raise UsageError(f"unknown auto-augment policy {self.auto_augment!r}; choose one of {AUTO_AUGMENT}")
+
+
+def build_transforms(prep: Preprocessing, augment: Augmentation | None = None, gray: bool = False) -> v2.Compose:
+    """The pipeline from a PIL image or uint8 tensor to a normalised float tensor (C, crop, crop).
+
+    Without `augment` (evaluation): resize (the whole image to the crop size, or the shorter side
+    to resize_size and then the centre crop). With it (training): a random crop of the same scale
+    instead of the centre (or, with resized_crop, a random area and aspect ratio resized to the
+    crop size), flips, an automatic augmentation policy on the uint8 image, random erasing on
+    the normalised one. `gray`: the images have one channel, made three when prep.channels is 3.
+    """
+    interpolation = INTERPOLATIONS[prep.interpolation]
+    size = (prep.crop_size, prep.crop_size)
+    steps: list[v2.Transform] = [v2.ToImage()]
+    if gray and prep.channels == 3:
+        steps.append(v2.RGB())  # a pretrained network wants three channels: repeat the gray one
+    if augment is not None and augment.resized_crop is not None:
+        steps.append(v2.RandomResizedCrop(size, augment.resized_crop, interpolation=interpolation, antialias=True))
+    elif prep.resize_size is None:
+        steps.append(v2.Resize(size, interpolation=interpolation, antialias=True))
+    else:
+        steps.append(v2.Resize(prep.resize_size, interpolation=interpolation, antialias=True))
+        steps.append(v2.CenterCrop(size) if augment is None else v2.RandomCrop(size))
+    if augment is not None:
+        steps += [v2.RandomHorizontalFlip(augment.hflip)] if augment.hflip > 0 else []
+        steps += [v2.RandomVerticalFlip(augment.vflip)] if augment.vflip > 0 else []
+        steps += _auto_augment(augment, interpolation)
+    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(prep.mean), list(prep.std))]
+    if augment is not None and augment.erasing > 0:
+        steps.append(v2.RandomErasing(augment.erasing))
+    return v2.Compose(steps)
+
+
+def _auto_augment(augment: Augmentation, interpolation: v2.InterpolationMode) -> list[v2.Transform]:
+    if augment.auto_augment == "trivialaugment":
+        return [v2.TrivialAugmentWide(interpolation=interpolation)]
+    if augment.auto_augment == "randaugment":
+        return [v2.RandAugment(magnitude=augment.magnitude, interpolation=interpolation)]
+    if augment.auto_augment == "autoaugment":
+        return [v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET, interpolation=interpolation)]
+    if augment.auto_augment == "augmix":
+        return [v2.AugMix(interpolation=interpolation)]
+    return []
+
+
+class Seeded(Dataset):
+    """Reads `dataset[index]` for keys (index, seed) with torch's random numbers seeded by `seed`.
+
+    torchvision's random transforms draw from torch's global generator; seeding it per sample
+    (and putting its state back afterwards) makes each sample's augmentation a function of its
+    seed alone, and leaves the training loop's own random numbers (dropout) untouched. Items are
+    (image, label, seed): BatchMix seeds the batch's mixing from them.
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int, int]:
+        index, seed = key
+        generator = torch.default_generator  # the CPU generator only: no CUDA call in a loader worker
+        state = generator.get_state()
+        generator.manual_seed(seed)
+        try:
+            image, label = self.dataset[index]
+        finally:
+            generator.set_state(state)
+        return image, label, seed
+
+
+class BatchMix:
+    """Collate Seeded items into (images (N, C, H, W), targets), mixing the batch when asked.
+
+    With mixup_alpha or cutmix_alpha > 0 each batch is mixed (one of the two, at random, when
+    both are on), with lambda ~ Beta(alpha, alpha), into soft targets (N, num_classes); labels
+    are smoothed by `label_smoothing` first (the loss smooths only class indices). The draws
+    come from a generator seeded by the batch's first sample, so they too repeat exactly.
+    Without mixing the targets stay class indices (N,).
+    """
+
+    def __init__(
+        self, num_classes: int, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0, smoothing: float = 0.0
+    ) -> None:
+        self.num_classes = num_classes
+        mixers = (("mixup", mixup_alpha), ("cutmix", cutmix_alpha))
+        self.mixers = [(name, alpha) for name, alpha in mixers if alpha > 0]
+        self.smoothing = smoothing
+
+    def __call__(self, samples: list[tuple[torch.Tensor, int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stack the images (N, C, H, W) and labels (N,), then mix them if mixing is on."""
+        images, labels = default_collate([(image, label) for image, label, _ in samples])
+        if not self.mixers:
+            return images, labels
+        rng = np.random.default_rng(samples[0][2])
+        name, alpha = self.mixers[rng.integers(len(self.mixers))]
+        lam = float(rng.beta(alpha, alpha))
+        perm = torch.from_numpy(rng.permutation(images.shape[0]))
+        targets = one_hot(labels, self.num_classes, self.smoothing)  # (N, num_classes)
+        if name == "mixup":
+            return mixup(images, targets, lam, perm)
+        return cutmix(images, targets, _box(images.shape[-2], images.shape[-1], lam, rng), perm)
+
+
+def _box(height: int, width: int, lam: float, rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """(top, left, height, width) of a box of about 1 - lam of the image's area at a random centre, clipped."""
+    half = 0.5 * math.sqrt(1.0 - lam)
+    cy, cx = int(rng.integers(height)), int(rng.integers(width))
+    top, bottom = max(cy - int(half * height), 0), min(cy + int(half * height), height)
+    left, right = max(cx - int(half * width), 0), min(cx + int(half * width), width)
+    return top, left, bottom - top, right - left
