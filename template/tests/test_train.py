@@ -34,6 +34,21 @@ def test_help_lists_the_documented_flags(train_script, capsys):
     assert "builtin: channels per stage (default: 16,32,64)" in text
 
 
+def test_the_readme_table_of_augmentation_flags_shows_each_and_its_default(train_script, capsys):
+    """README.md's "Augment" table lists every flag of --help's augmentation group, with the parser's default."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("\n## Augment\n")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| `--")]
+    table = {row[0].strip("| `").split()[0]: row[1] for row in rows}
+    assert exit_code(train_script.main, ["--help"]) == 0
+    group = capsys.readouterr().out.split("\naugmentation")[1].split("\n\n")[0]
+    assert set(table) == {word for word in group.split() if word.startswith("--")}
+    parser = train_script.get_args_parser()
+    for flag, shown in table.items():
+        default = parser.get_default(flag[2:].replace("-", "_"))
+        assert shown == ("off" if default is None else f"{default:g}" if isinstance(default, float) else str(default))
+
+
 def test_smoke_train_then_evaluate(train_script, test_script, tiny_args, capsys):
     assert train_script.main([*tiny_args, "--epochs", "2"]) == 0
     out = capsys.readouterr().out
@@ -200,6 +215,53 @@ def test_signal_saves_a_resumable_checkpoint(train_script, tiny_args, monkeypatc
     assert state["run_state"]["epoch"] == 1 and state["run_state"]["global_step"] == 6  # 96 images / 16 per batch
 
 
+AUGMENTED = ["--hflip", "0.5", "--vflip", "0.5", "--random-resized-crop", "0.5", "1",
+             "--auto-augment", "trivialaugment", "--random-erasing", "0.5",
+             "--mixup-alpha", "0.4", "--cutmix-alpha", "1", "--dropout", "0.2"]  # fmt: skip
+
+
+def test_sigterm_mid_epoch_then_resume_is_bit_exact_with_every_augmentation(
+    train_script, tiny_args, tmp_path, monkeypatch
+):
+    """Every random augmentation is a function of (seed, epoch, image), mixup and cutmix of the batch's
+    first seed: the weights after 2 epochs are the same bit for bit whether the loop's thread or 2 workers
+    (and a prefetch thread) load the batches, and whether the run was stopped after step 3 of epoch 2
+    and resumed, with the same or the other way of loading."""
+    common = [*tiny_args, *AUGMENTED, "--epochs", "2", "--ema-decay", "0.9"]
+    workers = ["--num-workers", "2", "--prefetch-depth", "2"]
+    real_step, calls = train_script.optimizer_step, []
+
+    def step_then_signal(*args, **kwargs):
+        real_step(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 9:  # step 3 of epoch 2
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def interrupted(name: str, loading: list[str], resume_loading: list[str]) -> None:
+        calls.clear()
+        monkeypatch.setattr(train_script, "optimizer_step", step_then_signal)
+        assert train_script.main([*common, *loading, "--output-dir", str(tmp_path / name)]) == 128 + signal.SIGTERM
+        monkeypatch.setattr(train_script, "optimizer_step", real_step)
+        assert train_script.main(["--resume", str(tmp_path / name / "run"), "--device", "cpu", *resume_loading]) == 0
+
+    assert train_script.main([*common, "--output-dir", str(tmp_path / "straight")]) == 0
+    assert train_script.main([*common, *workers, "--output-dir", str(tmp_path / "straight-workers")]) == 0
+    interrupted("resumed", [], [])
+    interrupted("resumed-workers", workers, workers)
+    interrupted("resumed-switched", [], workers)
+
+    a = torch.load(tmp_path / "straight" / "run" / "last.pt", weights_only=True)
+    assert a["run_state"]["global_step"] == 12
+    saved = json.loads((tmp_path / "straight" / "run" / "args.json").read_text())
+    for flags in (saved, a["args"]):  # every augmentation flag is recorded
+        assert (flags["hflip"], flags["random_resized_crop"], flags["cutmix_alpha"]) == (0.5, [0.5, 1.0], 1.0)
+    for name in ("straight-workers", "resumed", "resumed-workers", "resumed-switched"):
+        b = torch.load(tmp_path / name / "run" / "last.pt", weights_only=True)
+        assert a["run_state"] == b["run_state"], name
+        assert [key for key in a["model"] if not torch.equal(a["model"][key], b["model"][key])] == [], name
+        assert [key for key in a["ema"] if not torch.equal(a["ema"][key], b["ema"][key])] == [], name
+
+
 def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_script, tiny_args, monkeypatch, capsys):
     real_validate = train_script.validate
 
@@ -301,6 +363,10 @@ BAD_INPUTS = [
     (["--lr", "nan"], "--lr: must be a finite number"),
     (["--clip-grad-norm", "inf"], "--clip-grad-norm: must be a finite number"),
     (["--mixup-alpha", "-0.5"], "--mixup-alpha: must be >= 0"),
+    (["--hflip", "1.5"], "--hflip: must be in [0, 1], got 1.5"),
+    (["--random-resized-crop", "0.5", "0.1"], "--random-resized-crop 0.5 0.1: need 0 < MIN <= MAX <= 1"),
+    (["--random-resized-crop", "0", "1"], "--random-resized-crop: must be in (0, 1], got 0"),
+    (["--auto-augment", "cutout"], "invalid choice: 'cutout'"),
     (["--warmup-epochs", "-1"], "--warmup-epochs: must be >= 0"),
     (["--widths", "8,,16"], "--widths: expected comma-separated integers"),
     (["--batch-size", "1"], "--batch-size 1 cannot train batch norm"),
