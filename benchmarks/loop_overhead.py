@@ -317,9 +317,10 @@ def micro_session(train: ModuleType, opts: argparse.Namespace, workdir: Path) ->
     )  # fmt: skip
     session, state = train.setup(args)
     loader = session.train_loader
-    images, targets = zip(*(loader.dataset[i] for i in range(len(loader.dataset))), strict=True)
+    shapes, shuffle = loader.dataset.dataset, loader.sampler.sampler  # inside Seeded and SeededSampler
+    images, targets = zip(*(shapes[i] for i in range(len(shapes))), strict=True)
     dataset = torch.utils.data.TensorDataset(torch.stack(images), torch.tensor(targets))
-    session.train_loader = torch.utils.data.DataLoader(dataset, batch_size=MICRO_BATCH, sampler=loader.sampler)
+    session.train_loader = torch.utils.data.DataLoader(dataset, batch_size=MICRO_BATCH, sampler=shuffle)
     return session, state, args
 
 
