@@ -3,8 +3,10 @@
 Run: pytest tests/test_predict_export.py
 """
 
+import errno
 import importlib
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -80,8 +82,23 @@ def test_predict_bad_input(run_dir, tmp_path, capsys):
     assert predict.main([str(run_dir), str(tmp_path / "missing.png")]) == 2
     (tmp_path / "fake.png").write_text("not a png")
     assert predict.main([str(run_dir), str(tmp_path / "fake.png")]) == 2
-    err = capsys.readouterr().err
-    assert "does not exist" in err and "cannot read" in err
+    assert capsys.readouterr().err.splitlines()[-2:] == [
+        f"predict.py: skipped: cannot read {tmp_path / 'fake.png'} (not an image PIL can identify)",
+        "predict.py: error: none of the 1 image files could be read",
+    ]
+
+
+def test_predict_names_the_files_it_cannot_read_and_classifies_the_rest(run_dir, images, tmp_path, capsys):
+    predict = load_script("predict")
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for path in sorted(images.glob("*.png"))[:2]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    (folder / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 only the start of a JPEG")
+    assert predict.main([str(run_dir / "best.pt"), str(folder), "--device", "cpu"]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split("\t")[0] for line in out.splitlines()] == [str(p) for p in sorted(folder.glob("*.png"))]
+    assert err.startswith(f"predict.py: skipped: cannot read {folder / 'broken.jpg'} (") and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("fmt", ["export", "torchscript"])
@@ -137,17 +154,35 @@ def test_export_never_overwrites_a_checkpoint_or_an_input(run_dir, tmp_path, cap
     assert {path: path.read_bytes() for path in before} == before
 
 
-def test_export_reports_a_failed_write_in_one_line(run_dir, tmp_path, monkeypatch, capsys):
+def test_export_reports_a_failed_write_in_one_line_and_leaves_no_partial_file(run_dir, tmp_path, monkeypatch, capsys):
     message = "[enforce fail at inline_container.cc:800] . PytorchStreamWriter failed writing file data/0"
 
-    def disk_full(*args, **kwargs):  # how torch reports it: a RuntimeError, not an OSError
+    def disk_full(program, file, *args, **kwargs):  # how torch reports it: a RuntimeError, not an OSError
+        file.write(b"PK\x03\x04 the first bytes")
         raise RuntimeError(message + "\nException raised from writeRecord at inline_container.cc:800")
 
     monkeypatch.setattr(torch.export, "save", disk_full)
     export = load_script("export")
     out = tmp_path / "model.pt2"
-    assert export.main([str(run_dir / "best.pt"), "--output", str(out)]) == 2
-    assert capsys.readouterr().err == f"export.py: error: cannot write {out}: {message}\n"
+    out.write_bytes(b"an earlier export")
+    assert export.main([str(run_dir / "best.pt"), "--output", str(out)]) == 1
+    assert capsys.readouterr().err == f"export.py: error: cannot write {out} ({message})\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt2"] and out.read_bytes() == b"an earlier export"
+
+
+def test_test_py_reports_a_failed_write_in_one_line_and_keeps_the_old_report(run_dir, test_script, monkeypatch, capsys):
+    report = run_dir / "best.pt.eval.json"
+    report.write_text("{}")
+    real_write_text = Path.write_text
+
+    def disk_full(path, text, *args, **kwargs):
+        real_write_text(path, text[:20])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    assert test_script.main([str(run_dir / "best.pt"), "--device", "cpu"]) == 1
+    assert capsys.readouterr().err == f"test.py: error: cannot write {report} (No space left on device)\n"
+    assert report.read_text() == "{}" and not list(run_dir.glob("*.tmp"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,15 +3,21 @@
 Run: pytest tests/test_train.py
 """
 
+import errno
+import io
 import json
 import os
+import shutil
 import signal
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
+from torch.utils.tensorboard import SummaryWriter
 
 from conftest import run_one_epoch
 
@@ -338,6 +344,162 @@ def test_training_and_eval_modes_and_hooks(train_script, tiny_args):
     assert modes[2:] and not any(modes[2:])  # every evaluation forward ran in eval mode
     assert session.model.training  # and evaluation restored train mode
     assert metrics["samples"] == 40
+
+
+def messy_image_folder(root: Path) -> list[Path]:
+    """root/{train,val}/{dark,light}/ with images in every mode PIL reads, and three unreadable files.
+
+    Train: 8 images per class and 2 bad files (18: three batches of 6); val: 4 per class and 1 bad file.
+    """
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 8), ("val", 4)):
+        for name, low in (("dark", 0), ("light", 160)):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(count):
+                rgb = rng.integers(low, low + 96, (12, 10, 3), dtype=np.uint8)
+                image = Image.fromarray(rgb)
+                kind = i % 6
+                if kind == 1:
+                    image = image.convert("L")
+                elif kind == 2:
+                    image = image.convert("P")
+                elif kind == 3:
+                    image = image.convert("RGBA")
+                elif kind == 4:
+                    image = Image.fromarray(rgb[..., 0].astype(np.uint16) * 257)  # 16-bit gray
+                if kind == 5:
+                    exif = Image.Exif()
+                    exif[0x0112] = 8  # orientation: turn to view
+                    image.convert("CMYK").save(folder / f"{i}.jpg", exif=exif)
+                else:
+                    image.save(folder / f"{i}.png")
+    bad = [
+        root / "train" / "dark" / "garbage.jpg",
+        root / "train" / "light" / "cut.png",
+        root / "val" / "dark" / "cut.jpg",
+    ]
+    bad[0].write_bytes(rng.bytes(300))
+    for path, fmt in zip(bad[1:], ("PNG", "JPEG"), strict=True):
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buffer, fmt)
+        path.write_bytes(buffer.getvalue()[:600])  # cut off: a copy that did not finish
+    return bad
+
+
+def test_unreadable_images_are_named_once_skipped_and_counted(train_script, test_script, tiny_args, tmp_path, capfd):
+    """Two epochs with two loader workers over a folder with three unreadable files among images of
+    every mode: each file is named once, the epoch lines and metrics.jsonl count them, the checkpoints
+    are whole; test.py lists the one in val; --strict-data stops at the first with one line."""
+    bad = messy_image_folder(tmp_path / "data")
+    flags = [*tiny_args, "--data-dir", str(tmp_path / "data"), "--batch-size", "6", "--epochs", "2"]
+    assert train_script.main([*flags, "--num-workers", "2"]) == 0
+    out, err = capfd.readouterr()
+    named = [line for line in err.splitlines() if line.startswith("skipping an unreadable image: cannot read")]
+    assert sorted(line.split()[6] for line in named) == sorted(map(str, bad))  # once each, over two epochs
+    assert out.count("skipped 3 unreadable image files") == 2  # both epoch lines
+    records = [json.loads(line) for line in (run_dir(tiny_args) / "metrics.jsonl").read_text().splitlines()]
+    val = [r for r in records if r["split"] == "val"]
+    assert [(r["unreadable_train"], r["unreadable_val"], r["samples"]) for r in val] == [(2, 1, 8)] * 2
+    assert torch.load(run_dir(tiny_args) / "last.pt", weights_only=True)["run_state"]["global_step"] == 6
+
+    assert test_script.main([str(run_dir(tiny_args) / "best.pt"), "--device", "cpu"]) == 0
+    report = json.loads((run_dir(tiny_args) / "best.pt.eval.json").read_text())
+    assert report["samples"] == 8 and report["unreadable_files"] == [str(bad[2])]
+    assert "skipped 1 unreadable image files" in capfd.readouterr().out
+
+    strict = [*flags, "--strict-data", "--run-name", "strict"]
+    assert train_script.main(strict) == 2
+    err = capfd.readouterr().err.strip()
+    assert err.startswith("train.py: error: cannot read ") and len(err.splitlines()) == 1
+    assert err.endswith("; --strict-data stops at the first unreadable file")
+
+
+NO_SPACE = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def fill_disk(monkeypatch, where: str) -> None:
+    """Make one kind of write fail as on a full disk, after it wrote part of its bytes."""
+    if where == "checkpoint":  # torch.save reports it as a RuntimeError
+
+        def save(obj, path, *args, **kwargs):
+            Path(path).write_bytes(b"PK" * 50)
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0\nException ...")
+
+        monkeypatch.setattr(torch, "save", save)
+    elif where == "checkpoint copy":  # epoch-2.pt to last.pt: the kind of write the issue saw fail
+
+        def copyfile(src, dst, *args, **kwargs):
+            Path(dst).write_bytes(Path(src).read_bytes()[:100])
+            raise NO_SPACE
+
+        monkeypatch.setattr(shutil, "copyfile", copyfile)
+    elif where == "metrics.jsonl":
+        real_open = Path.open
+
+        def open_full(path, mode="r", *args, **kwargs):
+            file = real_open(path, mode, *args, **kwargs)
+            if path.name == "metrics.jsonl" and "a" in mode:
+                file.write('{"split": "tr')  # part of the line makes it out
+                file.flush()
+                raise NO_SPACE
+            return file
+
+        monkeypatch.setattr(Path, "open", open_full)
+    elif where == "TensorBoard":
+
+        def add_scalar(*args, **kwargs):
+            raise NO_SPACE
+
+        monkeypatch.setattr(SummaryWriter, "add_scalar", add_scalar)
+    else:  # args.json, before the first checkpoint
+        real_write_text = Path.write_text
+
+        def write_text(path, text, *args, **kwargs):
+            if path.name == "args.json.tmp":
+                real_write_text(path, text[:10])
+                raise NO_SPACE
+            return real_write_text(path, text, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "write_text", write_text)
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "checkpoint copy", "metrics.jsonl", "TensorBoard", "args.json"])
+def test_a_full_disk_is_one_line_that_says_what_is_kept(train_script, tiny_args, monkeypatch, capsys, where):
+    """Epoch 1 is saved, then a write fails as on a full disk: exit 1, one line naming the file and the
+    checkpoint that is intact, no partial file left; with space again, --resume ends where the run
+    left alone would have."""
+    exact = ["--scheduler", "step", "--warmup-epochs", "0", "--keep-epochs", "1"]  # extending is exact
+    straight = [*tiny_args[:-1], "straight", *exact, "--epochs", "2"]  # --run-name straight
+    first = [*tiny_args, *exact, "--epochs", "1"]
+    directory = run_dir(tiny_args)
+    if where == "args.json":
+        with monkeypatch.context() as patch:
+            fill_disk(patch, where)
+            assert train_script.main(first) == 1
+        hint = f"no checkpoint had been written yet in {directory}"
+    else:
+        assert train_script.main(first) == 0
+        kept = (directory / "last.pt").read_bytes()
+        with monkeypatch.context() as patch:
+            fill_disk(patch, where)
+            assert train_script.main(["--resume", str(directory), "--epochs", "2"]) == 1
+        assert (directory / "last.pt").read_bytes() == kept  # epoch 1's
+        hint = f"the last good checkpoint {directory / 'last.pt'} is intact; free some space and resume"
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("train.py: error: cannot write ") and hint in err, err
+    torch_says = "([enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0); "  # its first line
+    assert ("(No space left on device); " if where != "checkpoint" else torch_says) in err
+    assert not list(directory.glob("*.tmp"))
+    if (directory / "metrics.jsonl").exists():
+        assert all(json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines())
+    if where == "args.json":
+        return
+    assert train_script.main(["--resume", str(directory), "--epochs", "2"]) == 0
+    assert train_script.main(straight) == 0
+    a = torch.load(run_dir(straight) / "last.pt", weights_only=True)["model"]
+    b = torch.load(directory / "last.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[key], b[key]) for key in a)
 
 
 BAD_INPUTS = [

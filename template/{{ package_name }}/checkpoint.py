@@ -1,11 +1,12 @@
 """Checkpoint files: atomic writes, safe loads, and the random-number state for exact resume."""
 
+import contextlib
 import json
 import os
 import random
 import shutil
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,13 @@ from torch import nn
 from . import UsageError
 
 REQUIRED_KEYS = ("model", "model_name", "model_config")
+
+
+class OutputError(Exception):
+    """A file could not be written (a full disk, a read-only folder): reported in one line, exit 1.
+
+    Raised after the partial file is removed; the file it would have replaced is intact.
+    """
 
 
 class RunFinished(Exception):  # noqa: N818 - not an error: the script says so and exits 0
@@ -80,33 +88,58 @@ def training_state(
     }
 
 
-def save(state: dict[str, Any], path: Path) -> None:
-    """Write `state` to `path` atomically: a crash mid-write never leaves a truncated file."""
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """write(tmp), then move tmp onto `path`: `path` is replaced whole or not at all.
+
+    A failed write (a full disk: OSError, or the RuntimeError torch.save raises) removes the
+    partial tmp file and raises OutputError naming `path` and the reason.
+    """
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err).strip().partition("\n")[0]
+        raise OutputError(f"cannot write {path} ({reason})") from None
+
+
+def save(state: dict[str, Any], path: Path) -> None:
+    """Write `state` to `path` atomically: a crash or a full disk mid-write never leaves a truncated file."""
+    write_atomic(path, lambda tmp: torch.save(state, tmp))
 
 
 def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, keep_epochs: int = 0) -> None:
-    """Write run_dir/last.pt; copy it to best.pt and, with keep_epochs > 0, to epoch-<epoch>.pt.
+    """Write run_dir/last.pt, and best.pt when `best`, and epoch-<epoch>.pt when keep_epochs > 0.
 
-    Only the keep_epochs newest epoch files are kept. Every file is replaced atomically.
+    Only the keep_epochs newest epoch files are kept. Every file is replaced atomically, and
+    last.pt last: after a failed write last.pt is still the previous epoch's, and --resume
+    trains this epoch again and writes every file.
     """
-    last = run_dir / "last.pt"
-    save(state, last)
-    if best:
-        _copy(last, run_dir / "best.pt")
+    paths = [run_dir / "best.pt"] if best else []
     if keep_epochs > 0:
-        _copy(last, run_dir / f"epoch-{epoch}.pt")
+        paths.append(run_dir / f"epoch-{epoch}.pt")
+    paths.append(run_dir / "last.pt")
+    save(state, paths[0])
+    for path in paths[1:]:
+        _copy(paths[0], path)
+    if keep_epochs > 0:
         epoch_files = sorted(run_dir.glob("epoch-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
         for old in epoch_files[:-keep_epochs]:
             old.unlink()
 
 
 def _copy(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    write_atomic(dst, lambda tmp: shutil.copyfile(src, tmp))
+
+
+def what_is_kept(run_dir: Path) -> str:
+    """After a failed write: which checkpoint is intact, and how to go on from it."""
+    last = run_dir / "last.pt"
+    if not last.is_file():
+        return f"no checkpoint had been written yet in {run_dir}"
+    return f"the last good checkpoint {last} is intact; free some space and resume: python train.py --resume {run_dir}"
 
 
 def find_run(

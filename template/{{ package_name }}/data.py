@@ -2,7 +2,8 @@
 
 Three sources, chosen with train.py's --dataset:
   shapes        built-in synthetic coloured shapes; no download, learnable in about a minute
-  imagefolder   DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg (selected by --data-dir DIR alone)
+  imagefolder   DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg (selected by --data-dir DIR alone);
+                files that cannot be read are skipped (images.py)
   cifar10, mnist, fashionmnist   torchvision datasets under --data-dir, fetched only with --download
 """
 
@@ -15,11 +16,12 @@ from typing import NamedTuple
 
 import torch
 from prefetch_generator import BackgroundGenerator
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 from torchvision import datasets
 from torchvision.transforms import v2
 
 from . import UsageError
+from .images import ImageFiles
 from .samplers import SeededSampler, ShardSampler, ShuffleSampler
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, BatchMix, Preprocessing, Seeded, build_transforms
@@ -64,6 +66,7 @@ def build_split(
     *,
     augment: Augmentation | None = None,
     download: bool = False,
+    strict: bool = False,
     seed: int = 0,
     train_size: int = 12_000,
     val_size: int = 2_000,
@@ -71,7 +74,9 @@ def build_split(
     """Build the train split (augmented as `augment` says, if given) or the validation split, and only that one.
 
     Only this split's files are read: evaluating needs no training data. Images are preprocessed
-    as `prep` says. Raises UsageError on a missing or empty source.
+    as `prep` says. Raises UsageError on a missing or empty source. An image folder's unreadable
+    files are skipped (training reads the next file in their place), or with `strict` raise
+    images.UnreadableImageError.
     """
     if download and name not in TORCHVISION_DATASETS:
         raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
@@ -84,7 +89,7 @@ def build_split(
     if data_dir is None:
         raise UsageError(f"--dataset {name} needs --data-dir")
     if name == "imagefolder":
-        folder = _image_folder(data_dir / ("train" if train else "val"), transform)
+        folder = _image_folder(data_dir / ("train" if train else "val"), transform, strict, substitute=train)
         return Split(folder, folder.classes, 3)
     if name in TORCHVISION_DATASETS:
         split = _torchvision_split(name, data_dir, train, transform, download)
@@ -99,12 +104,13 @@ def build_datasets(
     *,
     augment: Augmentation | None = None,
     download: bool = False,
+    strict: bool = False,
     seed: int = 0,
     train_size: int = 12_000,
     val_size: int = 2_000,
 ) -> DataSplits:
     """Build the train (augmented) and validation splits with build_split(); they must have the same classes."""
-    options = {"download": download, "seed": seed, "train_size": train_size, "val_size": val_size}
+    options = {"download": download, "strict": strict, "seed": seed, "train_size": train_size, "val_size": val_size}
     train = build_split(name, data_dir, prep, train=True, augment=augment or Augmentation(), **options)
     val = build_split(name, data_dir, prep, train=False, **options)
     if train.classes != val.classes:
@@ -143,11 +149,11 @@ def _remove_new_empty_folders(data_dir: Path, before: set[Path]) -> None:
             folder.rmdir()
 
 
-def _image_folder(root: Path, transform: v2.Compose) -> datasets.ImageFolder:
+def _image_folder(root: Path, transform: v2.Compose, strict: bool, substitute: bool) -> ImageFiles:
     if not root.is_dir():
         raise UsageError(f"image folder {root} does not exist (expected DIR/train/<class>/ and DIR/val/<class>/)")
     try:
-        return datasets.ImageFolder(str(root), transform=transform)
+        return ImageFiles(str(root), transform, strict=strict, substitute=substitute)
     except FileNotFoundError as err:  # no class folders, or no images in them
         raise UsageError(f"image folder {root} has no images: {err}") from None
 
@@ -165,8 +171,9 @@ def build_loader(
     """Wrap a dataset in a DataLoader.
 
     Training drops the last incomplete batch (a batch of one breaks batch norm); evaluation
-    keeps every sample, in order unless a sampler is given. The loader's own generator seeds
-    its workers, so creating an iterator draws nothing from torch's global generator.
+    keeps every sample that can be read (collate_readable), in order unless a sampler is given.
+    The loader's own generator seeds its workers, so creating an iterator draws nothing from
+    torch's global generator.
     """
     return DataLoader(
         dataset,
@@ -175,7 +182,7 @@ def build_loader(
         drop_last=train,
         num_workers=num_workers,
         pin_memory=pin_memory,
-        collate_fn=collate_fn,
+        collate_fn=collate_fn or (None if train else collate_readable),
         generator=torch.Generator().manual_seed(0),
         # Workers stay alive across epochs instead of being forked again each epoch.
         persistent_workers=num_workers > 0,
@@ -216,6 +223,18 @@ def build_loaders(
             f"fewer than one batch of {batch_size} (--batch-size is per process)"
         )
     return train, val
+
+
+def collate_readable(items: list[tuple[torch.Tensor, int] | None]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Stack the items that are not None (unreadable files); None when none is left."""
+    readable = [item for item in items if item is not None]
+    return default_collate(readable) if readable else None
+
+
+def unreadable_flags(loader: DataLoader) -> torch.Tensor:
+    """A flag per file of the loader's dataset, set for the files found unreadable so far ((0,) if it has no files)."""
+    dataset = loader.dataset.dataset if isinstance(loader.dataset, Seeded) else loader.dataset
+    return dataset.unreadable if isinstance(dataset, ImageFiles) else torch.zeros(0, dtype=torch.bool)
 
 
 class _Failure(NamedTuple):

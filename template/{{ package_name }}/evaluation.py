@@ -29,7 +29,10 @@ def evaluate(
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
     confusion = torch.zeros(num_classes, num_classes, device=device, dtype=torch.int64)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    for images, targets in loader:
+    for batch in loader:
+        if batch is None:  # every image of this batch was unreadable (data.collate_readable)
+            continue
+        images, targets = batch
         images = images.to(device, non_blocking=True, memory_format=memory_format)  # (N, C, H, W)
         targets = targets.to(device, non_blocking=True)  # (N,)
         with autocast or contextlib.nullcontext():

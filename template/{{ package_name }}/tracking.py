@@ -4,8 +4,10 @@ Only the main process writes; on other processes every method is a no-op, so the
 loop calls them unconditionally.
 """
 
+import contextlib
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from . import runtime
+from .checkpoint import OutputError, RunState, write_atomic
 
 
 class NonFiniteLossError(Exception):
@@ -55,7 +58,7 @@ class RunLogger:
             run_dir.mkdir(parents=True, exist_ok=True)
         self.show_bar = main_process and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
         self.writer = SummaryWriter(str(run_dir)) if main_process else None
-        self.metrics_file = (run_dir / "metrics.jsonl").open("a") if main_process else None
+        self.run_dir = run_dir
 
     def record_start(self, args: Any, run_dir: Path, model: nn.Module, device: torch.device, step: int) -> None:
         """Print and save the arguments and the environment; print the model's size and summary."""
@@ -63,9 +66,9 @@ class RunLogger:
             return
         name = "args.json" if step == 0 else f"args-resume-step{step}.json"  # never overwrite the first
         arguments = json.dumps(vars(args), indent=2, default=str)
-        (run_dir / name).write_text(arguments + "\n")
+        write_atomic(run_dir / name, lambda tmp: tmp.write_text(arguments + "\n"))
         environment = json.dumps(runtime.environment(device), indent=2)
-        (run_dir / "environment.json").write_text(environment + "\n")
+        write_atomic(run_dir / "environment.json", lambda tmp: tmp.write_text(environment + "\n"))
         self.print(f"arguments (saved to {run_dir / name}):\n{arguments}")
         self.print(f"environment:\n{environment}")
         try:
@@ -115,25 +118,72 @@ class RunLogger:
             self.print(f"epoch {epoch} step {step}  {summary}")
         self.write("train", values, step, epoch)
 
+    def log_epoch(
+        self,
+        state: RunState,
+        epochs: int,
+        metrics: dict[str, Any],
+        ema_metrics: dict[str, Any] | None,
+        unreadable: dict[str, int],
+        seconds: float,
+    ) -> None:
+        """Report a finished epoch: its validation (and that of the moving average) and the files skipped.
+
+        `state` is the run's state after the epoch; `unreadable` counts the files skipped so far
+        per split ({"unreadable_train": n, "unreadable_val": m}).
+        """
+        keep = ("loss", "accuracy", "samples")
+        self.write("val", {**{key: metrics[key] for key in keep}, **unreadable}, state.global_step, state.epoch)
+        if ema_metrics is not None:
+            self.write("val_ema", {key: ema_metrics[key] for key in keep}, state.global_step, state.epoch)
+        ema_text = f"  EMA val accuracy {ema_metrics['accuracy']:.4f}" if ema_metrics else ""
+        skipped = sum(unreadable.values())
+        skipped_text = f"  skipped {skipped} unreadable image file{'s' * (skipped != 1)}" if skipped else ""
+        self.print(
+            f"epoch {state.epoch}/{epochs}  val loss {metrics['loss']:.4f}  val accuracy {metrics['accuracy']:.4f}"
+            f"{ema_text}  best {state.best_accuracy:.4f}{skipped_text}  ({seconds:.0f}s)"
+        )
+
     def write(self, split: str, values: dict[str, Any], step: int, epoch: int) -> None:
-        """Add scalars to TensorBoard as <split>/<name> and one JSON line to metrics.jsonl."""
+        """Add scalars to TensorBoard as <split>/<name> and one JSON line to metrics.jsonl.
+
+        Raises OutputError if either cannot be written; metrics.jsonl then keeps only whole lines.
+        """
         if not self.main_process:
             return
-        for name, value in values.items():
-            if isinstance(value, (int, float)):
-                self.writer.add_scalar(f"{split}/{name}", value, step)
-        record = {"split": split, "step": step, "epoch": epoch, **values}
-        self.metrics_file.write(json.dumps(record) + "\n")
-        self.metrics_file.flush()
+        try:
+            for name, value in values.items():
+                if isinstance(value, (int, float)):
+                    self.writer.add_scalar(f"{split}/{name}", value, step)
+        except OSError as err:  # TensorBoard's writer thread hands its error to the next call
+            raise self._tensorboard_error(err) from None
+        path = self.run_dir / "metrics.jsonl"
+        size = path.stat().st_size if path.exists() else 0
+        try:
+            with path.open("a") as metrics:  # opened per line (every --log-interval steps): nothing left buffered
+                metrics.write(json.dumps({"split": split, "step": step, "epoch": epoch, **values}) + "\n")
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.truncate(path, size)  # no half line for the next reader, or for the resumed run to append to
+            raise OutputError(f"cannot write {path} ({err.strerror or err})") from None
 
     def __enter__(self) -> "RunLogger":
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type | None, *exc_info: object) -> None:
+        try:
+            self.close()
+        except OutputError:
+            if exc_type is None:  # else the error that ended the run is the one to report
+                raise
 
     def close(self) -> None:
-        """Flush and close the TensorBoard writer and the metrics file."""
+        """Flush and close the TensorBoard writer; OutputError if what it still held cannot be written."""
         if self.main_process:
-            self.writer.close()
-            self.metrics_file.close()
+            try:
+                self.writer.close()
+            except OSError as err:
+                raise self._tensorboard_error(err) from None
+
+    def _tensorboard_error(self, err: OSError) -> OutputError:
+        return OutputError(f"cannot write TensorBoard's events in {self.run_dir} ({err.strerror or err})")

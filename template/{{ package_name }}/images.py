@@ -1,0 +1,99 @@
+"""Image files as they come: any mode, EXIF-rotated, and some that cannot be read at all.
+
+read_image() is the one way every script opens an image file: it decodes the whole file at
+once (a truncated one fails here, not halfway through a transform), turns it upright as its
+EXIF orientation says, and converts it to RGB or grayscale (16-bit images scaled to 8 bits,
+transparent pixels laid on white). A file it cannot decode raises UnreadableImageError: one line
+with the path and the reason. ImageFiles, the class-folder dataset, survives such files.
+"""
+
+import sys
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps, UnidentifiedImageError
+from torchvision import datasets
+from torchvision.transforms import v2
+
+from . import UsageError
+
+IMAGE_EXTENSIONS = datasets.folder.IMG_EXTENSIONS
+
+
+class UnreadableImageError(UsageError):
+    """An image file that cannot be decoded; the message names the file and the reason."""
+
+    def __init__(self, message: str) -> None:
+        # A DataLoader worker's error is raised again in the main process as UnreadableImageError(the
+        # worker's whole traceback as text); its last line is the original message: keep that one.
+        last = message.strip().splitlines()[-1] if message.strip() else message
+        super().__init__(last.removeprefix(f"{__name__}.{type(self).__qualname__}: "))
+
+
+def read_image(path: str, channels: int = 3) -> Image.Image:
+    """The image at `path`, decoded, upright, in mode RGB (channels 3) or L (channels 1).
+
+    Raises UnreadableImageError for anything PIL cannot decode: not an image, truncated, corrupt.
+    """
+    try:
+        with Image.open(path) as image:
+            image.load()  # decode everything now
+            upright = ImageOps.exif_transpose(image)  # a copy, turned as the camera's orientation tag says
+    # PIL reports damaged files as OSError, ValueError, SyntaxError ("broken PNG file"), EOFError, ...:
+    # whatever decoding raises means the same thing here, that this file cannot be used.
+    except Exception as err:  # noqa: BLE001
+        reason = "not an image PIL can identify" if isinstance(err, UnidentifiedImageError) else str(err)
+        raise UnreadableImageError(f"cannot read {path} ({reason or type(err).__name__})") from None
+    return convert(upright, "L" if channels == 1 else "RGB")
+
+
+def convert(image: Image.Image, mode: str) -> Image.Image:
+    """`image` in `mode` ("RGB" or "L"): 16- and 32-bit values scaled to 8 bits, alpha composited on white."""
+    if image.mode.startswith("I") or image.mode == "F":  # PIL's own conversion would clip these at 255
+        values = np.asarray(image, dtype=np.float64)
+        if image.mode.startswith("I;16") or values.max() > 255:
+            values = values / 257  # 65535 -> 255
+        image = Image.fromarray(values.clip(0, 255).round().astype(np.uint8))
+    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info:
+        rgba = image.convert("RGBA")
+        image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+    return image.convert(mode)  # CMYK, palette, YCbCr, 1-bit, ...: PIL's conversions
+
+
+class ImageFiles(datasets.ImageFolder):
+    """ROOT/<class>/<image> as (image, class index) items, read with read_image().
+
+    A file that cannot be read is named once, on stderr, and remembered in `unreadable` (a
+    flag per file, in shared memory so the loader's workers share it). Then, with `strict`,
+    UnreadableImageError is raised instead; with `substitute` (training) the next readable file
+    takes its place, so batches keep their size; otherwise (evaluation) the item is None, and
+    collate_readable() leaves it out.
+    """
+
+    def __init__(self, root: str, transform: v2.Compose, *, strict: bool = False, substitute: bool = False) -> None:
+        super().__init__(root, transform=transform, loader=read_image)
+        self.strict, self.substitute = strict, substitute
+        self.unreadable = torch.zeros(len(self.samples), dtype=torch.bool).share_memory_()
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | None:
+        if not self.substitute:
+            return self._read(index)
+        for offset in range(len(self.samples)):
+            item = self._read((index + offset) % len(self.samples))
+            if item is not None:
+                return item
+        raise UnreadableImageError(f"none of the {len(self.samples)} images under {self.root} can be read")
+
+    def _read(self, index: int) -> tuple[torch.Tensor, int] | None:
+        if self.unreadable[index]:
+            return None
+        path, label = self.samples[index]
+        try:
+            image = read_image(path)
+        except UnreadableImageError as err:
+            if self.strict:
+                raise UnreadableImageError(f"{err}; --strict-data stops at the first unreadable file") from None
+            self.unreadable[index] = True
+            print(f"skipping an unreadable image: {err}", file=sys.stderr, flush=True)
+            return None
+        return self.transform(image), label
