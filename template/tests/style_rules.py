@@ -28,8 +28,8 @@ MODEL_PARTS = ("layers", "networks", "losses", "ops")
 # What the scripts may import besides the model file: the dataset module and the infrastructure
 # they share. Add your own infrastructure module here; never a model part.
 INFRASTRUCTURE = (
-    "data", "images", "transforms", "pretrained", "checkpoint", "runtime", "optim", "evaluation", "tracking",
-    "distributed",
+    "data", "images", "transforms", "figures", "pretrained", "checkpoint", "runs", "runtime", "optim",
+    "evaluation", "tracking", "distributed",
 )  # fmt: skip
 # Imports point one way: ops -> layers -> networks -> the model file; losses -> the model file.
 MAY_IMPORT = {"ops": (), "layers": ("ops",), "networks": ("layers", "ops"), "losses": ("layers", "networks", "ops")}

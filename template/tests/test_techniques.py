@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+# What a stand-in for train.validate() returns: the shapes' 6 classes, the 16 preview images.
+VALIDATED = {"loss": 1.0, "samples": 40, "confusion_matrix": [[0] * 6] * 6, "preview": torch.full((16, 6), 1 / 6)}
 SGD = ["--optimizer", "sgd", "--momentum", "0", "--weight-decay", "0", "--scheduler", "none", "--warmup-epochs", "0"]
 
 
@@ -215,7 +217,7 @@ def test_learning_rate_follows_the_schedule(train_script, tiny_args, schedule):
 @pytest.mark.filterwarnings("error:Detected call of")
 def test_plateau_cuts_the_learning_rate_after_its_patience(train_script, tiny_args, monkeypatch):
     """Validation accuracy never improves: ReduceLROnPlateau (patience 5) cuts the rate after epoch 7."""
-    monkeypatch.setattr(train_script, "validate", lambda s, args, model: {"loss": 1.0, "accuracy": 0.5, "samples": 40})
+    monkeypatch.setattr(train_script, "validate", lambda s, args, model: {**VALIDATED, "accuracy": 0.5})
     used = []
 
     def prepare(session):
@@ -462,7 +464,7 @@ def test_patience_stops_after_epochs_without_improvement(
     train_script, tiny_args, monkeypatch, capsys, accuracies, epochs_run
 ):
     scores = iter(accuracies)
-    monkeypatch.setattr(train_script, "validate", lambda *_: {"loss": 1.0, "accuracy": next(scores), "samples": 40})
+    monkeypatch.setattr(train_script, "validate", lambda *_: {**VALIDATED, "accuracy": next(scores)})
     argv = [*tiny_args, "--epochs", "5", "--patience", "2", "--max-steps-per-epoch", "1"]
     assert train_script.main(argv) == 0
     assert ("early stop" in capsys.readouterr().out) == (epochs_run < 5)
@@ -500,7 +502,7 @@ def test_best_checkpoint_follows_the_moving_average(train_script, tiny_args, mon
         ema = s.ema is not None and model is s.ema.module
         calls.append(ema)
         epoch = calls.count(ema)
-        return {"loss": 1.0, "accuracy": (0.9 - 0.1 * epoch) if ema else 0.1 * epoch, "samples": 40}
+        return {**VALIDATED, "accuracy": (0.9 - 0.1 * epoch) if ema else 0.1 * epoch}
 
     monkeypatch.setattr(train_script, "validate", validate)
     argv = [*tiny_args, "--epochs", "2", "--ema-decay", "0.9", "--max-steps-per-epoch", "1"]

@@ -5,8 +5,7 @@ import json
 import os
 import random
 import shutil
-import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +24,6 @@ class OutputError(Exception):
 
     Raised after the partial file is removed; the file it would have replaced is intact.
     """
-
-
-class RunFinished(Exception):  # noqa: N818 - not an error: the script says so and exits 0
-    """Resuming a run that has nothing left to train."""
 
 
 @dataclass
@@ -132,101 +127,6 @@ def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, ke
 
 def _copy(src: Path, dst: Path) -> None:
     write_atomic(dst, lambda tmp: shutil.copyfile(src, tmp))
-
-
-def what_is_kept(run_dir: Path) -> str:
-    """After a failed write: which checkpoint is intact, and how to go on from it."""
-    last = run_dir / "last.pt"
-    if not last.is_file():
-        return f"no checkpoint had been written yet in {run_dir}"
-    return f"the last good checkpoint {last} is intact; free some space and resume: python train.py --resume {run_dir}"
-
-
-def find_run(
-    output_dir: Path, run_name: str | None, resume: Path | None, auto_resume: bool, explicit: Collection[str] = ()
-) -> tuple[Path, Path | None]:
-    """Return the run directory and the checkpoint to resume from (None for a fresh run).
-
-    A resumed run keeps writing into its checkpoint's directory: an --output-dir or --run-name
-    given with --resume (named in `explicit`, the flags given on the command line) must name
-    it. A fresh run never starts in a directory that already holds a checkpoint, so it cannot
-    overwrite one, nor in an existing directory of a given --run-name, except with
-    --auto-resume, which continues it. Nothing is created here: make_run_dir() does that once
-    the run is set up.
-    """
-    if output_dir.exists() and not output_dir.is_dir():
-        raise UsageError(f"--output-dir {output_dir} is a file, not a directory")
-    if run_name is not None and (Path(run_name).name != run_name or run_name in ("", ".", "..")):
-        raise UsageError(f"--run-name {run_name!r} must be a plain directory name, without / or ..")
-    if auto_resume and (run_name is None or resume is not None):
-        raise UsageError("--auto-resume needs a fixed --run-name (and no --resume) to find the run again")
-    if resume is not None:
-        path = resolve(resume)
-        output_given = "output_dir" in explicit or "run_name" in explicit
-        if output_given and (output_dir / (run_name or path.parent.name)).resolve() != path.parent.resolve():
-            raise UsageError(
-                f"--resume continues in the checkpoint's own directory {path.parent}; leave out --output-dir and "
-                "--run-name (to branch off into a new run, copy the checkpoint into a new directory and resume that)"
-            )
-        last = path.parent / "last.pt"
-        if path.name != last.name and last.exists():
-            raise UsageError(
-                f"resuming {path} would overwrite {last}; resume {path.parent} instead, or copy {path.name} "
-                "into a new directory and resume that"
-            )
-        return path.parent, path
-    if run_name is None:  # the start time; make_run_dir() adds -2, -3, ... if another run has it
-        return output_dir / time.strftime("%Y%m%d-%H%M%S"), None
-    run_dir = output_dir / run_name
-    last = run_dir / "last.pt"
-    if last.is_file() and auto_resume:
-        return run_dir, last
-    if last.exists():
-        raise UsageError(f"{run_dir} already holds a checkpoint; continue with --resume {run_dir} or pick a --run-name")
-    if run_dir.exists() and not auto_resume:
-        raise UsageError(f"{run_dir} already exists; pick another --run-name, or remove it")
-    return run_dir, None
-
-
-def open_run(
-    output_dir: Path, run_name: str | None, resume: Path | None, auto_resume: bool, explicit: Collection[str] = ()
-) -> tuple[Path, Path | None, dict[str, Any] | None]:
-    """find_run(), then read the checkpoint to resume from: (run directory, its path, its contents), or None twice."""
-    run_dir, path = find_run(output_dir, run_name, resume, auto_resume, explicit)
-    return run_dir, path, load(path) if path is not None else None
-
-
-def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:
-    """Create a fresh run's directory, exclusively, so that no two runs ever share one; return it.
-
-    unique (a default, time-stamped name): when another run took the name first, take
-    <name>-2, <name>-3, ... instead. exist_ok (--auto-resume before a first checkpoint): the
-    directory belongs to this run already. Otherwise an existing directory is a UsageError.
-    """
-    candidate, attempt = run_dir, 1
-    while True:
-        try:
-            candidate.mkdir(parents=True, exist_ok=exist_ok)
-            return candidate
-        except FileExistsError:
-            if not unique:
-                raise UsageError(f"{run_dir} already exists; pick another --run-name, or remove it") from None
-            attempt += 1
-            candidate = run_dir.with_name(f"{run_dir.name}-{attempt}")
-
-
-def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, patience: int | None) -> None:
-    """Raise RunFinished when a resumed run has nothing left to do with these --epochs and --patience."""
-    if run_state["epoch"] >= epochs:
-        raise RunFinished(
-            f"{run_dir} is finished (epoch {run_state['epoch']} of --epochs {epochs}); "
-            "resume with a larger --epochs to train on"
-        )
-    if patience is not None and run_state["epochs_without_improvement"] >= patience:
-        raise RunFinished(
-            f"{run_dir} stopped early, after {patience} epochs without a better val accuracy; "
-            "resume with a larger --patience to train on"
-        )
 
 
 def resolve(path: Path) -> Path:

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from .ops import confusion_matrix, precision_recall_f1
 
@@ -18,17 +18,22 @@ def evaluate(
     num_classes: int,
     autocast: contextlib.AbstractContextManager | None = None,
     channels_last: bool = False,
+    mistakes: int = 0,
 ) -> dict[str, torch.Tensor]:
     """Run the model over `loader` in eval mode; return summed cross-entropy and confusion matrix.
 
-    Sums rather than means, so several processes can add theirs up before summarize(). The
-    model's train/eval mode is restored on return.
+    Sums rather than means, so several processes can add theirs up before summarize(). With
+    `mistakes` > 0 also the most confidently wrong images, on the CPU: "mistake_images" (M, C, H, W),
+    "mistake_targets", "mistake_predictions" and "mistake_confidence" (M,), most confident first,
+    M <= mistakes (the keys are missing when the loader held no image). The model's train/eval
+    mode is restored on return.
     """
     was_training = model.training
     model.eval()
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
     confusion = torch.zeros(num_classes, num_classes, device=device, dtype=torch.int64)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    worst = _Mistakes(mistakes)
     for batch in loader:
         if batch is None:  # every image of this batch was unreadable (data.collate_readable)
             continue
@@ -39,8 +44,38 @@ def evaluate(
             logits = model(images)  # (N, num_classes)
         loss_sum += nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
         confusion += confusion_matrix(logits.argmax(dim=1), targets, num_classes)
+        if mistakes > 0:
+            worst.add(images, targets, logits)
     model.train(was_training)
-    return {"loss_sum": loss_sum, "confusion": confusion}
+    return {"loss_sum": loss_sum, "confusion": confusion, **worst.tensors()}
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module,
+    images: torch.Tensor,
+    device: torch.device,
+    autocast: contextlib.AbstractContextManager | None = None,
+    channels_last: bool = False,
+) -> torch.Tensor:
+    """The model's class probabilities (N, num_classes), on the CPU, for images (N, C, H, W), in eval mode."""
+    was_training = model.training
+    model.eval()
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    with autocast or contextlib.nullcontext():
+        logits = model(images.to(device, memory_format=memory_format))  # (N, num_classes)
+    model.train(was_training)
+    return logits.float().softmax(dim=1).cpu()
+
+
+def preview_batch(dataset: Dataset, count: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """`count` readable items spread evenly over an evaluation dataset: (images (N, C, H, W), labels (N,)).
+
+    The same images every time, so that pictures of them can be compared from epoch to epoch.
+    """
+    indices = torch.linspace(0, len(dataset) - 1, min(count, len(dataset))).round().long().unique().tolist()
+    items = [item for item in (dataset[i] for i in indices) if item is not None]  # None: an unreadable file
+    return default_collate(items) if items else (torch.zeros(0), torch.zeros(0, dtype=torch.int64))
 
 
 def summarize(sums: dict[str, torch.Tensor], class_names: list[str] | None = None) -> dict[str, Any]:
@@ -59,3 +94,25 @@ def summarize(sums: dict[str, torch.Tensor], class_names: list[str] | None = Non
         },
         "confusion_matrix": confusion.tolist(),
     }
+
+
+class _Mistakes:
+    """The `count` most confident wrong predictions seen so far, with their images, on the CPU."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.kept: dict[str, torch.Tensor] = {}
+
+    def add(self, images: torch.Tensor, targets: torch.Tensor, logits: torch.Tensor) -> None:
+        confidence, predictions = logits.float().softmax(dim=1).max(dim=1)  # (N,) each
+        wrong = (predictions != targets).cpu()  # a device sync per batch: only when asked for
+        batch = {"images": images.cpu(), "targets": targets.cpu(), "predictions": predictions.cpu(),
+                 "confidence": confidence.cpu()}  # fmt: skip
+        batch = {name: torch.cat([self.kept[name], value[wrong]]) if self.kept else value[wrong]
+                 for name, value in batch.items()}  # fmt: skip
+        order = batch["confidence"].argsort(descending=True, stable=True)[: self.count]
+        self.kept = {name: value[order] for name, value in batch.items()}
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """{"mistake_images": (M, C, H, W), "mistake_targets", "mistake_predictions", "mistake_confidence": (M,)}."""
+        return {f"mistake_{name}": value for name, value in self.kept.items()}

@@ -17,10 +17,12 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
+from torchvision.transforms.v2.functional import pil_to_tensor
 from tqdm import tqdm
 
-from . import runtime
+from . import figures, runtime
 from .checkpoint import OutputError, RunState, write_atomic
+from .transforms import Preprocessing
 
 
 class NonFiniteLossError(Exception):
@@ -143,6 +145,34 @@ class RunLogger:
             f"epoch {state.epoch}/{epochs}  val loss {metrics['loss']:.4f}  val accuracy {metrics['accuracy']:.4f}"
             f"{ema_text}  best {state.best_accuracy:.4f}{skipped_text}  ({seconds:.0f}s)"
         )
+
+    def log_pictures(
+        self,
+        preview: tuple[torch.Tensor, torch.Tensor],
+        metrics: dict[str, Any],
+        classes: list[str],
+        prep: Preprocessing,
+        step: int,
+    ) -> None:
+        """Add two images to TensorBoard, meant for once per epoch (writing images every step is slow).
+
+        The preview images (N, C, H, W) with their true classes and the ones predicted in
+        metrics["preview"] (probabilities (N, num_classes)), wrong ones in red (val/predictions);
+        and metrics["confusion_matrix"] (val/confusion_matrix).
+        """
+        if not self.main_process:
+            return
+        images, labels = preview
+        confidence, predictions = metrics["preview"].max(dim=1)  # (N,) each
+        wrong = (predictions != labels).tolist()
+        lines = figures.captions(classes, labels, predictions, confidence)
+        grid = figures.labelled_grid(figures.displayable(images, prep), lines, wrong)
+        matrix = figures.confusion_image(torch.tensor(metrics["confusion_matrix"]), classes)
+        try:
+            self.writer.add_image("val/predictions", pil_to_tensor(grid), step)
+            self.writer.add_image("val/confusion_matrix", pil_to_tensor(matrix), step)
+        except OSError as err:
+            raise self._tensorboard_error(err) from None
 
     def write(self, split: str, values: dict[str, Any], step: int, epoch: int) -> None:
         """Add scalars to TensorBoard as <split>/<name> and one JSON line to metrics.jsonl.
