@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from . import UsageError
 from .ops import confusion_matrix, precision_recall_f1
 
 
@@ -72,10 +73,19 @@ def preview_batch(dataset: Dataset, count: int = 16) -> tuple[torch.Tensor, torc
     """`count` readable items spread evenly over an evaluation dataset: (images (N, C, H, W), labels (N,)).
 
     The same images every time, so that pictures of them can be compared from epoch to epoch.
+    Unreadable files (items None) are passed over; UsageError if the dataset has no readable item.
     """
-    indices = torch.linspace(0, len(dataset) - 1, min(count, len(dataset))).round().long().unique().tolist()
-    items = [item for item in (dataset[i] for i in indices) if item is not None]  # None: an unreadable file
-    return default_collate(items) if items else (torch.zeros(0), torch.zeros(0, dtype=torch.int64))
+    spread = torch.linspace(0, len(dataset) - 1, min(count, len(dataset))).round().long().unique().tolist()
+    items = []
+    for index in spread + sorted(set(range(len(dataset))) - set(spread)):  # the rest only if some were unreadable
+        item = dataset[index]
+        if item is not None:
+            items.append(item)
+        if len(items) == count:
+            break
+    if not items:
+        raise UsageError(f"none of the {len(dataset)} validation images can be read")
+    return default_collate(items)
 
 
 def summarize(sums: dict[str, torch.Tensor], class_names: list[str] | None = None) -> dict[str, Any]:
