@@ -35,21 +35,23 @@ def captions(classes: list[str], targets: torch.Tensor, predictions: torch.Tenso
     return [[f"true {classes[t][:NAME_LENGTH]}", f"pred {classes[p][:NAME_LENGTH]} {c:.2f}"] for t, p, c in rows]
 
 
-def labelled_grid(images: torch.Tensor, captions: list[list[str]], wrong: list[bool], columns: int = 8) -> Image.Image:
-    """A grid of uint8 images (N, 3, H, W), each scaled to TILE pixels with its caption lines below.
+def labelled_grid(images: torch.Tensor, lines: list[list[str]], wrong: list[bool], columns: int = 8) -> Image.Image:
+    """A grid of uint8 images (N, 3, H, W), each scaled to TILE pixels with its caption `lines` below.
 
-    Tiles of wrong predictions get a red border and red text; right ones green text.
+    Tiles of wrong predictions get a red border and red text; right ones green text. Small
+    images are scaled up with nearest neighbours, so that their pixels stay visible.
     """
     font = ImageFont.load_default()
     line_height = 12
     tiles = []
-    for image, lines, is_wrong in zip(images, captions, wrong, strict=True):
-        picture = Image.fromarray(image.permute(1, 2, 0).numpy()).resize((TILE, TILE), Image.Resampling.NEAREST)
-        tile = Image.new("RGB", (TILE + 4, TILE + 4 + line_height * len(lines) + 2), "white")
+    for image, caption, is_wrong in zip(images, lines, wrong, strict=True):
+        resample = Image.Resampling.NEAREST if image.shape[-1] <= TILE else Image.Resampling.BILINEAR
+        picture = Image.fromarray(image.permute(1, 2, 0).numpy()).resize((TILE, TILE), resample)
+        tile = Image.new("RGB", (TILE + 4, TILE + 4 + line_height * len(caption) + 2), "white")
         tile.paste(WRONG if is_wrong else "white", (0, 0, TILE + 4, TILE + 4))  # the border
         tile.paste(picture, (2, 2))
         draw = ImageDraw.Draw(tile)
-        for row, text in enumerate(lines):
+        for row, text in enumerate(caption):
             draw.text((2, TILE + 4 + row * line_height), text, fill=WRONG if is_wrong else RIGHT, font=font)
         tiles.append(pil_to_tensor(tile))  # (3, h, w) uint8
     grid = make_grid(tiles, nrow=columns, padding=4, pad_value=255)  # (3, H, W) uint8
