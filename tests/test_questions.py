@@ -36,6 +36,17 @@ def test_model_module_is_snake_case(tmp_path, model_name, module):
     assert f"class {model_name}(nn.Module)" in (project / "shape_classifier" / f"{module}.py").read_text()
 
 
+def test_every_module_of_the_project_is_a_reserved_name(tmp_path):
+    """A package or model module named like one of the project's modules would shadow it on import."""
+    config = yaml.safe_load((REPO / "copier.yml").read_text())
+    reserved = set(yaml.safe_load(config["reserved_module_names"]["default"]))
+    project = render(tmp_path / "p")
+    package = answers(project)["package_name"]
+    modules = {path.stem for path in (project / package).glob("*.py")} - {"__init__", answers(project)["model_module"]}
+    scripts = {path.stem for path in project.glob("*.py")}
+    assert modules | scripts | {"tests"} <= reserved, sorted((modules | scripts) - reserved)
+
+
 def test_package_name_derives_from_project_name(tmp_path):
     project = render(tmp_path / "p", project_name="My Cool-Model 2")
     assert answers(project)["package_name"] == "my_cool_model_2"

@@ -60,6 +60,15 @@ def test_ruff(project):
     run([sys.executable, "-m", "ruff", "format", "--no-cache", "--check", "."], cwd=project)
 
 
+@pytest.mark.parametrize("multi_gpu", ["ddp", "none"])
+def test_ruff_with_long_names(tmp_path, multi_gpu):
+    """Long names still give lines ruff accepts (train.py's imports, the tests): a 31-character package."""
+    answers = {"package_name": "satellite_imagery_classifier_v2", "model_name": "SiameseResNet"}
+    project = render(tmp_path / "p", multi_gpu=multi_gpu, **answers)
+    run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=project)
+    run([sys.executable, "-m", "ruff", "format", "--no-cache", "--check", "."], cwd=project)
+
+
 def test_project_pytest(project):
     result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project)
     assert " passed" in result.stdout and " failed" not in result.stdout

@@ -3,7 +3,7 @@
     pytest tests/test_sizes.py -s        # prints every file's size and every function over the limit
 
 Limits for the package and the scripts: 300 lines per file (train.py, which keeps the training
-loop, its flags, what --resume does with each of them and the fine-tuning set-up in view, 490)
+loop, its flags, what --resume does with each of them and the fine-tuning set-up in view, 500)
 and 60 lines per function, counted from the `def` line to the function's last line without its
 docstring. Files under tests/ are reported but not held to the limits.
 """
@@ -17,7 +17,7 @@ from conftest import render
 
 MULTI_GPU = ["ddp", "dataparallel", "none"]
 FILE_LIMIT = 300
-FILE_LIMITS = {"train.py": 490}
+FILE_LIMITS = {"train.py": 500}
 FUNCTION_LIMIT = 60
 
 
