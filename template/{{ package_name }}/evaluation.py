@@ -1,6 +1,7 @@
 """Evaluation shared by train.py and test.py: one pass over a loader, then metrics."""
 
 import contextlib
+import itertools
 from typing import Any
 
 import torch
@@ -76,8 +77,9 @@ def preview_batch(dataset: Dataset, count: int = 16) -> tuple[torch.Tensor, torc
     Unreadable files (items None) are passed over; UsageError if the dataset has no readable item.
     """
     spread = torch.linspace(0, len(dataset) - 1, min(count, len(dataset))).round().long().unique().tolist()
+    rest = (index for index in range(len(dataset)) if index not in spread)  # read only if some were unreadable
     items = []
-    for index in spread + sorted(set(range(len(dataset))) - set(spread)):  # the rest only if some were unreadable
+    for index in itertools.chain(spread, rest):
         item = dataset[index]
         if item is not None:
             items.append(item)
@@ -115,11 +117,11 @@ class _Mistakes:
 
     def add(self, images: torch.Tensor, targets: torch.Tensor, logits: torch.Tensor) -> None:
         confidence, predictions = logits.float().softmax(dim=1).max(dim=1)  # (N,) each
-        wrong = (predictions != targets).cpu()  # a device sync per batch: only when asked for
-        batch = {"images": images.cpu(), "targets": targets.cpu(), "predictions": predictions.cpu(),
-                 "confidence": confidence.cpu()}  # fmt: skip
-        batch = {name: torch.cat([self.kept[name], value[wrong]]) if self.kept else value[wrong]
-                 for name, value in batch.items()}  # fmt: skip
+        wrong = predictions != targets  # (N,) bool; indexing with it syncs the device: only when asked for
+        batch = {"images": images, "targets": targets, "predictions": predictions, "confidence": confidence}
+        batch = {name: value[wrong].cpu() for name, value in batch.items()}  # only the wrong ones leave the device
+        if self.kept:
+            batch = {name: torch.cat([self.kept[name], value]) for name, value in batch.items()}
         order = batch["confidence"].argsort(descending=True, stable=True)[: self.count]
         self.kept = {name: value[order] for name, value in batch.items()}
 

@@ -35,6 +35,19 @@ def captions(classes: list[str], targets: torch.Tensor, predictions: torch.Tenso
     return [[f"true {classes[t][:NAME_LENGTH]}", f"pred {classes[p][:NAME_LENGTH]} {c:.2f}"] for t, p, c in rows]
 
 
+def prediction_grid(
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    predictions: torch.Tensor,
+    confidence: torch.Tensor,
+    classes: list[str],
+    prep: Preprocessing,
+) -> Image.Image:
+    """Model inputs (N, C, H, W) in a labelled_grid(), captioned with captions(); wrong predictions in red."""
+    lines = captions(classes, targets, predictions, confidence)
+    return labelled_grid(displayable(images, prep), lines, (predictions != targets).tolist())
+
+
 def labelled_grid(images: torch.Tensor, lines: list[list[str]], wrong: list[bool], columns: int = 8) -> Image.Image:
     """A grid of uint8 images (N, 3, H, W), each scaled to TILE pixels with its caption `lines` below.
 

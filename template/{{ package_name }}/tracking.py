@@ -164,9 +164,7 @@ class RunLogger:
             return
         images, labels = preview
         confidence, predictions = metrics["preview"].max(dim=1)  # (N,) each
-        wrong = (predictions != labels).tolist()
-        lines = figures.captions(classes, labels, predictions, confidence)
-        grid = figures.labelled_grid(figures.displayable(images, prep), lines, wrong)
+        grid = figures.prediction_grid(images, labels, predictions, confidence, classes, prep)
         matrix = figures.confusion_image(torch.tensor(metrics["confusion_matrix"]), classes)
         try:
             self.writer.add_image("val/predictions", pil_to_tensor(grid), step)
