@@ -75,7 +75,7 @@ class HostReads(torch.overrides.TorchFunctionMode):
     """Records each line of the project's code that reads a tensor's value on the host.
 
     On a GPU each such read waits for the device to finish its queue. The input pipeline
-    (data.py, samplers.py, shapes.py) is left out: it reads tensors that live on the host anyway.
+    (data.py, samplers.py, shapes.py, transforms.py) is left out: it reads tensors that live on the host anyway.
     """
 
     READS = frozenset(
@@ -92,7 +92,7 @@ class HostReads(torch.overrides.TorchFunctionMode):
             caller = sys._getframe(1)  # the code that called the method: tensor methods add no Python frame
             path = Path(caller.f_code.co_filename)
             ours = path.is_relative_to(ROOT) and "site-packages" not in path.parts
-            if ours and path.name not in ("data.py", "samplers.py", "shapes.py"):
+            if ours and path.name not in ("data.py", "samplers.py", "shapes.py", "transforms.py"):
                 self.sites.append(f"{path.name}:{caller.f_lineno}")
         return func(*args, **(kwargs or {}))
 

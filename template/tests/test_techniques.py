@@ -116,7 +116,7 @@ def no_batch_norm_no_flips(train_script, monkeypatch):
         return model
 
     monkeypatch.setattr(train_script, "build_model", build_model_without_batch_norm)
-    no_flips = lambda prep, augment=None, gray=False: build_transforms(prep, None, gray)  # noqa: E731
+    no_flips = lambda prep, augment=None, gray=False, sized=False: build_transforms(prep, None, gray, sized)  # noqa: E731
     monkeypatch.setattr(train_script.data, "build_transforms", no_flips)
 
 

@@ -81,7 +81,7 @@ def build_split(
     if download and name not in TORCHVISION_DATASETS:
         raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
     gray = name in TORCHVISION_DATASETS and TORCHVISION_DATASETS[name][1] == 1
-    transform = build_transforms(prep, augment if train else None, gray=gray)
+    transform = build_transforms(prep, augment if train else None, gray=gray, sized=name == "shapes")
     if name == "shapes":
         # Distinct seeds per split, so no validation image is a training image.
         size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)

@@ -90,7 +90,9 @@ class Augmentation:
             raise UsageError(f"unknown auto-augment policy {self.auto_augment!r}; choose one of {AUTO_AUGMENT}")
 
 
-def build_transforms(prep: Preprocessing, augment: Augmentation | None = None, gray: bool = False) -> v2.Compose:
+def build_transforms(
+    prep: Preprocessing, augment: Augmentation | None = None, gray: bool = False, sized: bool = False
+) -> v2.Compose:
     """The pipeline from a PIL image or uint8 tensor to a normalised float tensor (C, crop, crop).
 
     Without `augment` (evaluation): resize (the whole image to the crop size, or the shorter side
@@ -98,27 +100,77 @@ def build_transforms(prep: Preprocessing, augment: Augmentation | None = None, g
     instead of the centre (or, with resized_crop, a random area and aspect ratio resized to the
     crop size), flips, an automatic augmentation policy on the uint8 image, random erasing on
     the normalised one. `gray`: the images have one channel, made three when prep.channels is 3.
+    `sized`: the images are uint8 tensors of crop x crop already (the built-in shapes), so the
+    conversion and the resize of the whole image are left out: no-ops that cost as much as a flip.
     """
     interpolation = INTERPOLATIONS[prep.interpolation]
     size = (prep.crop_size, prep.crop_size)
-    steps: list[v2.Transform] = [v2.ToImage()]
+    steps: list[v2.Transform] = [] if sized else [v2.ToImage()]
     if gray and prep.channels == 3:
         steps.append(v2.RGB())  # a pretrained network wants three channels: repeat the gray one
     if augment is not None and augment.resized_crop is not None:
         steps.append(v2.RandomResizedCrop(size, augment.resized_crop, interpolation=interpolation, antialias=True))
     elif prep.resize_size is None:
-        steps.append(v2.Resize(size, interpolation=interpolation, antialias=True))
+        steps += [] if sized else [v2.Resize(size, interpolation=interpolation, antialias=True)]
     else:
         steps.append(v2.Resize(prep.resize_size, interpolation=interpolation, antialias=True))
         steps.append(v2.CenterCrop(size) if augment is None else v2.RandomCrop(size))
     if augment is not None:
-        steps += [v2.RandomHorizontalFlip(augment.hflip)] if augment.hflip > 0 else []
-        steps += [v2.RandomVerticalFlip(augment.vflip)] if augment.vflip > 0 else []
+        steps += [RandomFlip(augment.hflip, dim=-1)] if augment.hflip > 0 else []
+        steps += [RandomFlip(augment.vflip, dim=-2)] if augment.vflip > 0 else []
         steps += _auto_augment(augment, interpolation)
-    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(prep.mean), list(prep.std))]
+    steps.append(Normalize(prep.mean, prep.std))
     if augment is not None and augment.erasing > 0:
         steps.append(v2.RandomErasing(augment.erasing))
     return v2.Compose(steps)
+
+
+class RandomFlip:
+    """Flip an image tensor (C, H, W) along `dim` (-1 horizontal, -2 vertical) with probability p.
+
+    v2.RandomHorizontalFlip and v2.RandomVerticalFlip for tensors, with their draw
+    (torch.rand(1) < p, from the same generator), so the same images flip; on 32-pixel
+    images their per-call dispatch costs five times the flip itself.
+    """
+
+    def __init__(self, p: float, dim: int) -> None:
+        self.p = p
+        self.dim = dim
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        """The image flipped, or the image itself."""
+        return image.flip(self.dim) if torch.rand(1) < self.p else image
+
+    def __repr__(self) -> str:
+        return f"RandomFlip(p={self.p}, dim={self.dim})"
+
+
+class Normalize:
+    """Image (C, H, W) -> float32 (image / 255 - mean) / std: v2.ToDtype(scale=True) and v2.Normalize in one step.
+
+    One fused multiply-add instead of two transforms of four operations: on small images each
+    operation's dispatch costs more than its arithmetic, and the pair cost more than anything else
+    a built-in training image went through. Integer images are scaled by their type's maximum
+    (255 for uint8); float ones are taken as in [0, 1].
+    """
+
+    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
+        self.mean, self.std = mean, std
+        self.scale = 1.0 / torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)  # (C or 1, 1, 1)
+        self.shift = -torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1) * self.scale  # (C or 1, 1, 1)
+        self.uint8_scale = self.scale / 255
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        """A new float32 tensor (C, H, W); the input is left as it was."""
+        image = image.as_subclass(torch.Tensor)  # a tv_tensors.Image would pay for its wrapper on every operation
+        if image.dtype == torch.uint8:
+            return torch.addcmul(self.shift, image, self.uint8_scale)  # shift + image * scale / 255
+        if not image.is_floating_point():
+            return torch.addcmul(self.shift, image.float(), self.scale / torch.iinfo(image.dtype).max)
+        return torch.addcmul(self.shift, image.float(), self.scale)
+
+    def __repr__(self) -> str:
+        return f"Normalize(mean={list(self.mean)}, std={list(self.std)})"
 
 
 def _auto_augment(augment: Augmentation, interpolation: v2.InterpolationMode) -> list[v2.Transform]:
