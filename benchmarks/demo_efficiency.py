@@ -1,12 +1,14 @@
 """The default project's own readout, before and after a change: compute efficiency, seconds per epoch, time to 99%.
 
     # The README's "Demo efficiency" table (about 4 minutes on 2 cores):
-    python benchmarks/demo_efficiency.py --ref 5f26239 --ref HEAD --repeats 2 \\
+    python benchmarks/demo_efficiency.py --ref 5f26239 --ref HEAD --repeats 3 \\
         --json benchmarks/results/demo_efficiency_cpu.json
+    python benchmarks/demo_efficiency.py --ref HEAD --quick --json result.json  # ~30 s: tests/test_benchmarks.py
 
 For each --ref (a commit of this repository) the script renders the template with its default
 answers, then runs the rendered project's `python train.py` exactly as its README says, with
-nothing added but the output directory. The refs take turns, run after run, so that a machine
+nothing added but the output directory (--quick adds `--epochs 1 --max-steps-per-epoch 100`:
+two log lines, no accuracy to reach). The refs take turns, run after run, so that a machine
 that slows down or speeds up during the session affects each of them alike. Each run gives:
 
   efficiency   the median of the compute efficiencies train.py logs (metrics.jsonl, train lines):
@@ -21,6 +23,7 @@ Rendering with copier's Python API needs no network; HEAD with uncommitted chang
 """
 
 import argparse
+import itertools
 import json
 import platform
 import statistics
@@ -42,10 +45,10 @@ def render(ref: str, dest: Path) -> Path:
     return dest
 
 
-def train(project: Path, out: Path) -> dict:
-    """Run `python train.py` in `project`; the figures of the module docstring."""
+def train(project: Path, out: Path, extra: list[str]) -> dict:
+    """Run `python train.py` in `project` (with the `extra` flags); the figures of the module docstring."""
     start = time.monotonic()
-    command = [sys.executable, "train.py", "--output-dir", str(out), "--run-name", "demo"]
+    command = [sys.executable, "train.py", "--output-dir", str(out), "--run-name", "demo", *extra]
     proc = subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     epoch_times, to_99 = [], None
     for line in proc.stdout:
@@ -59,11 +62,12 @@ def train(project: Path, out: Path) -> dict:
         raise SystemExit(f"train.py failed in {project} (exit {proc.returncode})")
     records = [json.loads(line) for line in (out / "demo" / "metrics.jsonl").read_text().splitlines()]
     train_lines = [r for r in records if r["split"] == "train"]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(epoch_times)]
     return {
         "efficiency": statistics.median(r["compute_efficiency"] for r in train_lines),
         "data_ms": statistics.median(r["data_ms"] for r in train_lines),
         "compute_ms": statistics.median(r["compute_ms"] for r in train_lines),
-        "s_per_epoch": statistics.median(b - a for a, b in zip(epoch_times, epoch_times[1:], strict=False)),
+        "s_per_epoch": statistics.median(gaps) if gaps else epoch_times[0],  # one epoch: start-up included
         "seconds_to_0.99": to_99,
         "best_accuracy": max(r["accuracy"] for r in records if r["split"] == "val"),
         "wall_s": time.monotonic() - start,
@@ -75,13 +79,15 @@ def main() -> None:
     parser.add_argument("--ref", action="append", required=True, help="a commit to render (repeat for each)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each ref, taking turns")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
+    parser.add_argument("--quick", action="store_true", help="one epoch of 100 steps per run")
     args = parser.parse_args()
+    extra = ["--epochs", "1", "--max-steps-per-epoch", "100"] if args.quick else []
     runs: dict[str, list[dict]] = {ref: [] for ref in args.ref}
     with tempfile.TemporaryDirectory() as tmp:
         projects = {ref: render(ref, Path(tmp) / f"project-{i}") for i, ref in enumerate(args.ref)}
         for repeat in range(args.repeats):
             for ref in args.ref if repeat % 2 == 0 else reversed(args.ref):
-                result = train(projects[ref], Path(tmp) / f"runs-{len(runs[ref])}-{args.ref.index(ref)}")
+                result = train(projects[ref], Path(tmp) / f"runs-{len(runs[ref])}-{args.ref.index(ref)}", extra)
                 runs[ref].append(result)
                 print(ref, json.dumps(result), flush=True)
     print("| ref | median efficiency | data ms / step | compute ms / step | s / epoch | s to 0.99 val acc | best |")
