@@ -22,9 +22,9 @@ from torchvision.transforms import v2
 
 from . import UsageError
 from .images import ImageFiles
-from .samplers import SeededSampler, ShardSampler, ShuffleSampler
+from .samplers import Seeded, SeededSampler, ShardSampler, ShuffleSampler
 from .shapes import SHAPES, SyntheticShapes
-from .transforms import Augmentation, BatchMix, Preprocessing, Seeded, build_transforms
+from .transforms import Augmentation, BatchMix, Preprocessing, build_transforms
 
 DATASETS = ("shapes", "imagefolder", "cifar10", "mnist", "fashionmnist")
 TORCHVISION_DATASETS = {

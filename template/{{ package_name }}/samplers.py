@@ -1,15 +1,15 @@
 """Samplers: which sample indices each process reads, in which order.
 
 Training shuffles anew each epoch and pads so every rank runs the same number of steps, and
-gives each sample the seed of its random augmentation; evaluation shards without padding so
-every sample is counted exactly once.
+gives each sample the seed of its random augmentation, which Seeded sets while the sample is
+read; evaluation shards without padding so every sample is counted exactly once.
 """
 
 import math
 from collections.abc import Iterator
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import Dataset, Sampler
 
 
 class ShuffleSampler(Sampler[int]):
@@ -91,3 +91,30 @@ class ShardSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return len(self.indices)
+
+
+class Seeded(Dataset):
+    """Reads `dataset[index]` for keys (index, seed) with torch's random numbers seeded by `seed`.
+
+    torchvision's random transforms draw from torch's global generator; seeding it per sample
+    (and putting its state back afterwards) makes each sample's augmentation a function of its
+    seed alone, and leaves the training loop's own random numbers (dropout) untouched. Items are
+    (image, label, seed): BatchMix seeds the batch's mixing from them.
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int, int]:
+        index, seed = key
+        generator = torch.default_generator  # the CPU generator only: no CUDA call in a loader worker
+        state = generator.get_state()
+        generator.manual_seed(seed)
+        try:
+            image, label = self.dataset[index]
+        finally:
+            generator.set_state(state)
+        return image, label, seed

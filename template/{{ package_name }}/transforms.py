@@ -4,8 +4,8 @@ A Preprocessing is decided once, when a run starts (from pretrained weights, or 
 defaults), saved in every checkpoint, and read back by test.py, predict.py and export.py, so
 every script feeds the model exactly what training fed it. An Augmentation says which random
 changes training makes (evaluation makes none); each is a pure function of (seed, epoch,
-sample index): Seeded seeds every sample, BatchMix every batch, so a run resumed mid-epoch,
-or run with other --num-workers, sees exactly the same images.
+sample index): samplers.Seeded seeds every sample, BatchMix every batch, so a run resumed
+mid-epoch, or run with other --num-workers, sees exactly the same images.
 """
 
 import math
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import default_collate
 from torchvision.transforms import v2
 
 from . import UsageError
@@ -183,33 +183,6 @@ def _auto_augment(augment: Augmentation, interpolation: v2.InterpolationMode) ->
     if augment.auto_augment == "augmix":
         return [v2.AugMix(interpolation=interpolation)]
     return []
-
-
-class Seeded(Dataset):
-    """Reads `dataset[index]` for keys (index, seed) with torch's random numbers seeded by `seed`.
-
-    torchvision's random transforms draw from torch's global generator; seeding it per sample
-    (and putting its state back afterwards) makes each sample's augmentation a function of its
-    seed alone, and leaves the training loop's own random numbers (dropout) untouched. Items are
-    (image, label, seed): BatchMix seeds the batch's mixing from them.
-    """
-
-    def __init__(self, dataset: Dataset) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int, int]:
-        index, seed = key
-        generator = torch.default_generator  # the CPU generator only: no CUDA call in a loader worker
-        state = generator.get_state()
-        generator.manual_seed(seed)
-        try:
-            image, label = self.dataset[index]
-        finally:
-            generator.set_state(state)
-        return image, label, seed
 
 
 class BatchMix:
