@@ -69,7 +69,7 @@ def test_predict_matches_the_model_on_a_single_file(run_dir, images, capsys, tra
     args = train_script.get_args_parser().parse_args(["--img-size", "16", "--widths", "8,16"])
     prep = train_script.transforms.Preprocessing(16)
     splits = train_script.data.build_datasets("shapes", None, prep, train_size=8, val_size=8)
-    model = train_script.build_model(args, splits, torch.device("cpu")).eval()
+    model = train_script.task.build_model(args, splits, torch.device("cpu")).eval()
     model.load_state_dict(state["model"])
     tensor = train_script.transforms.build_transforms(prep)(Image.open(image).convert("RGB"))
     with torch.no_grad():

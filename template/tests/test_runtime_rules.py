@@ -39,7 +39,7 @@ def test_the_graph_measure_sees_a_leaking_loop():
 
 def test_values_kept_across_training_steps_carry_no_autograd_graph(train_script, tiny_args, monkeypatch):
     sizes = []
-    real_build = train_script.build_model
+    real_build = train_script.task.build_model
 
     def build_and_watch(*args, **kwargs):
         model = real_build(*args, **kwargs)
@@ -51,7 +51,7 @@ def test_values_kept_across_training_steps_carry_no_autograd_graph(train_script,
         model.register_forward_hook(measure)
         return model
 
-    monkeypatch.setattr(train_script, "build_model", build_and_watch)
+    monkeypatch.setattr(train_script.task, "build_model", build_and_watch)
     assert train_script.main([*tiny_args, "--max-steps-per-epoch", "5"]) == 0
     assert len(sizes) == 5, "the forward hook must fire once per training step"
     # Step 1 sees its own graph, later steps also the previous step's loss: then it stays flat.

@@ -79,7 +79,7 @@ def build(train_script, argv: list[str], num_classes: int = 4):
     args = train_script.get_args_parser().parse_args(argv)
     splits = train_script.data.DataSplits(None, None, [f"class{i}" for i in range(num_classes)], 3)
     torch.manual_seed(0)
-    return train_script.build_model(args, splits, torch.device("cpu")), args
+    return train_script.task.build_model(args, splits, torch.device("cpu")), args
 
 
 def owners(optimizer: torch.optim.Optimizer) -> dict[int, dict]:
@@ -105,7 +105,7 @@ def assert_trained(session, initial) -> None:
 @pytest.fixture
 def no_batch_norm_no_flips(train_script, monkeypatch):
     """Models without batch norm (its statistics depend on the batch size) and data without random flips."""
-    build_model, build_transforms = train_script.build_model, train_script.data.build_transforms
+    build_model, build_transforms = train_script.task.build_model, train_script.data.build_transforms
 
     def build_model_without_batch_norm(*args, **kwargs):
         model = build_model(*args, **kwargs)
@@ -115,7 +115,7 @@ def no_batch_norm_no_flips(train_script, monkeypatch):
                     setattr(module, name, nn.Identity())
         return model
 
-    monkeypatch.setattr(train_script, "build_model", build_model_without_batch_norm)
+    monkeypatch.setattr(train_script.task, "build_model", build_model_without_batch_norm)
     no_flips = lambda prep, augment=None, gray=False, sized=False: build_transforms(prep, None, gray, sized)  # noqa: E731
     monkeypatch.setattr(train_script.data, "build_transforms", no_flips)
 

@@ -323,7 +323,7 @@ def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_scri
 def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(train_script, tiny_args, monkeypatch, capsys):
     assert train_script.main(tiny_args) == 0  # epoch 1 written
     good = (run_dir(tiny_args) / "last.pt").read_bytes()
-    real_build = train_script.build_model
+    real_build = train_script.task.build_model
 
     def build_model_with_nan_loss(*args, **kwargs):
         model = real_build(*args, **kwargs)
@@ -337,7 +337,7 @@ def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(train_script, tiny_
         model.loss = loss  # instance attribute: shadows the method for this model only
         return model
 
-    monkeypatch.setattr(train_script, "build_model", build_model_with_nan_loss)
+    monkeypatch.setattr(train_script.task, "build_model", build_model_with_nan_loss)
     assert train_script.main([*tiny_args, "--epochs", "2", "--resume", str(run_dir(tiny_args))]) == 1
     err = capsys.readouterr().err.strip()
     assert "loss is nan at step 8" in err and len(err.splitlines()) == 1
