@@ -482,7 +482,7 @@ def test_the_moving_average_is_validated_logged_chosen_and_used(train_script, te
     assert [r["epoch"] for r in ema_records] == [1, 2] and all(r["samples"] == 40 for r in ema_records)
     state = torch.load(directory / "last.pt", weights_only=True)
     assert state["ema_updates"] == 6  # 12 optimizer steps, one update every 2
-    assert state["run_state"]["best_accuracy"] == max(r["accuracy"] for r in ema_records)  # best.pt follows the EMA
+    assert state["run_state"]["best_score"] == max(r["accuracy"] for r in ema_records)  # best.pt follows the EMA
     assert any(not torch.equal(state["ema"][key], state["model"][key]) for key in state["model"])
 
     reports = {}
@@ -509,7 +509,7 @@ def test_best_checkpoint_follows_the_moving_average(train_script, tiny_args, mon
     assert train_script.main(argv) == 0
     assert calls == [False, True, False, True]
     best = torch.load(run_dir(argv) / "best.pt", weights_only=True)
-    assert best["run_state"]["epoch"] == 1 and best["run_state"]["best_accuracy"] == pytest.approx(0.8)
+    assert best["run_state"]["epoch"] == 1 and best["run_state"]["best_score"] == pytest.approx(0.8)
 
 
 def test_keep_epochs_keeps_the_newest_epoch_files(train_script, tiny_args):

@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
@@ -33,7 +34,7 @@ class RunState:
     epoch: int = 0  # the epoch to run next
     batch_in_epoch: int = 0  # batches of `epoch` already trained (non-zero after an interrupt)
     global_step: int = 0  # optimizer steps so far
-    best_accuracy: float = -1.0
+    best_score: float = -math.inf  # the best validation score so far (the task's SCORE)
     epochs_without_improvement: int = 0
 
 
@@ -195,7 +196,10 @@ def restore(
     if state["scaler"]:  # empty when saved without --amp fp16: a newly enabled scaler starts afresh
         scaler.load_state_dict(state["scaler"])
     set_rng_state(state["rng"])
-    return RunState(**state["run_state"])
+    saved = dict(state["run_state"])
+    if "best_accuracy" in saved:  # a checkpoint written before the score had a task-neutral name
+        saved["best_score"] = saved.pop("best_accuracy")
+    return RunState(**saved)
 
 
 def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 from torchvision.transforms.v2.functional import pil_to_tensor
 from tqdm import tqdm
 
-from . import figures, runtime
+from . import runtime
 from .checkpoint import OutputError, RunState, write_atomic
-from .transforms import Preprocessing
 
 
 class NonFiniteLossError(Exception):
@@ -124,51 +124,30 @@ class RunLogger:
         self,
         state: RunState,
         epochs: int,
-        metrics: dict[str, Any],
-        ema_metrics: dict[str, Any] | None,
+        report: str,
+        logged: dict[str, dict[str, Any]],
         unreadable: dict[str, int],
         seconds: float,
     ) -> None:
-        """Report a finished epoch: its validation (and that of the moving average) and the files skipped.
+        """Report a finished epoch: the task's account of its validation, and the files skipped.
 
-        `state` is the run's state after the epoch; `unreadable` counts the files skipped so far
-        per split ({"unreadable_train": n, "unreadable_val": m}).
+        `state` is the run's state after the epoch; `report` the validation's text for the console;
+        `logged` the values per split ("val", and "val_ema" for the moving average) for metrics.jsonl
+        and TensorBoard; `unreadable` the files skipped so far per split ({"unreadable_train": n, ...}).
         """
-        keep = ("loss", "accuracy", "samples")
-        self.write("val", {**{key: metrics[key] for key in keep}, **unreadable}, state.global_step, state.epoch)
-        if ema_metrics is not None:
-            self.write("val_ema", {key: ema_metrics[key] for key in keep}, state.global_step, state.epoch)
-        ema_text = f"  EMA val accuracy {ema_metrics['accuracy']:.4f}" if ema_metrics else ""
+        for split, values in logged.items():
+            self.write(split, {**values, **(unreadable if split == "val" else {})}, state.global_step, state.epoch)
         skipped = sum(unreadable.values())
         skipped_text = f"  skipped {skipped} unreadable image file{'s' * (skipped != 1)}" if skipped else ""
-        self.print(
-            f"epoch {state.epoch}/{epochs}  val loss {metrics['loss']:.4f}  val accuracy {metrics['accuracy']:.4f}"
-            f"{ema_text}  best {state.best_accuracy:.4f}{skipped_text}  ({seconds:.0f}s)"
-        )
+        self.print(f"epoch {state.epoch}/{epochs}  {report}{skipped_text}  ({seconds:.0f}s)")
 
-    def log_pictures(
-        self,
-        preview: tuple[torch.Tensor, torch.Tensor],
-        metrics: dict[str, Any],
-        classes: list[str],
-        prep: Preprocessing,
-        step: int,
-    ) -> None:
-        """Add two images to TensorBoard, meant for once per epoch (writing images every step is slow).
-
-        The preview images (N, C, H, W) with their true classes and the ones predicted in
-        metrics["preview"] (probabilities (N, num_classes)), wrong ones in red (val/predictions);
-        and metrics["confusion_matrix"] (val/confusion_matrix).
-        """
+    def log_pictures(self, pictures: dict[str, Image.Image], step: int) -> None:
+        """Add pictures to TensorBoard under their names, meant for once per epoch (images every step are slow)."""
         if not self.main_process:
             return
-        images, labels = preview
-        confidence, predictions = metrics["preview"].max(dim=1)  # (N,) each
-        grid = figures.prediction_grid(images, labels, predictions, confidence, classes, prep)
-        matrix = figures.confusion_image(torch.tensor(metrics["confusion_matrix"]), classes)
         try:
-            self.writer.add_image("val/predictions", pil_to_tensor(grid), step)
-            self.writer.add_image("val/confusion_matrix", pil_to_tensor(matrix), step)
+            for name, picture in pictures.items():
+                self.writer.add_image(name, pil_to_tensor(picture), step)
         except OSError as err:
             raise self._tensorboard_error(err) from None
 
