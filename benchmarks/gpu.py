@@ -80,9 +80,10 @@ class Batches:
 
 
 def build(train: ModuleType, name: str, args: argparse.Namespace, device: torch.device) -> nn.Module:
-    """The bare model on the device, built by train.py's build_model() (resnet50: --backbone resnet50, no weights)."""
-    classes = list(train.data.SHAPES) if name == "default" else [str(i) for i in range(1000)]
-    return train.build_model(args, train.data.DataSplits(None, None, classes, 3), device)
+    """The bare model on the device, built as train.py builds it (resnet50: --backbone resnet50, no weights)."""
+    task = train.task  # the task module: train.py's flags and builders for this project's task
+    classes = list(task.data.SHAPES) if name == "default" else [str(i) for i in range(1000)]
+    return task.build_model(args, task.data.DataSplits(None, None, classes, 3), device)
 
 
 def train_flops_per_image(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, autocast: Any) -> float:
