@@ -14,7 +14,7 @@ of steps, in this one process. The training set holds exactly --steps batches, s
 whole epoch, as in train.py.
 
   generated  train.py's train_one_epoch(), called as its fit() calls it, with train.py's defaults:
-             BackgroundGenerator prefetching as data.prefetch_depth() chooses it (on the CPU: no
+             BackgroundGenerator prefetching as loaders.prefetch_depth() chooses it (on the CPU: no
              loader thread, since torch's compute threads already use every core), the tqdm bar
              (--progress always; drawn to /dev/null), data and compute timing, the on-device loss
              buffer, the LR schedule, the GradScaler (disabled without --amp fp16), and a log line

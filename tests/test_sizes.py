@@ -46,9 +46,12 @@ def test_function_sizes_count_from_def_to_last_line_without_the_docstring():
     assert function_sizes(ast.parse(source)) == [("A.f", 3, 2)]
 
 
-@pytest.fixture(scope="module", params=MULTI_GPU)
+ANSWERS = {name: {"multi_gpu": name} for name in MULTI_GPU} | {"restoration": {"task": "restoration"}}
+
+
+@pytest.fixture(scope="module", params=ANSWERS)
 def project(request, tmp_path_factory) -> Path:
-    return render(tmp_path_factory.mktemp(f"sizes-{request.param}") / "project", multi_gpu=request.param)
+    return render(tmp_path_factory.mktemp(f"sizes-{request.param}") / "project", **ANSWERS[request.param])
 
 
 def test_files_and_functions_stay_small(project):

@@ -4,20 +4,22 @@ read_image() is the one way every script opens an image file: it decodes the who
 once (a truncated one fails here, not halfway through a transform), turns it upright as its
 EXIF orientation says, and converts it to RGB or grayscale (16-bit images scaled to 8 bits,
 transparent pixels laid on white). A file it cannot decode raises UnreadableImageError: one line
-with the path and the reason. ImageFiles, the class-folder dataset, survives such files.
+with the path and the reason. SkipsUnreadable is how a dataset of files survives such files.
 """
 
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 from torchvision import datasets
-from torchvision.transforms import v2
 
 from . import UsageError
 
 IMAGE_EXTENSIONS = datasets.folder.IMG_EXTENSIONS
+T = TypeVar("T")
 
 
 class UnreadableImageError(UsageError):
@@ -60,40 +62,45 @@ def convert(image: Image.Image, mode: str) -> Image.Image:
     return image.convert(mode)  # CMYK, palette, YCbCr, 1-bit, ...: PIL's conversions
 
 
-class ImageFiles(datasets.ImageFolder):
-    """ROOT/<class>/<image> as (image, class index) items, read with read_image().
+class SkipsUnreadable:
+    """What ImageFiles and ImagePatches share: files that cannot be read are flagged, named once, skipped.
 
-    A file that cannot be read is named once, on stderr, and remembered in `unreadable` (a
-    flag per file, in shared memory so the loader's workers share it). Then, with `strict`,
-    UnreadableImageError is raised instead; with `substitute` (training) the next readable file
-    takes its place, so batches keep their size; otherwise (evaluation) the item is None, and
-    collate_readable() leaves it out.
+    A subclass sets `root`, calls `track_unreadable()` once it knows its files, opens file
+    `index` with `open_file()` and reads items with `first_readable()`. A file that cannot be
+    read is named once, on stderr, and remembered in `unreadable` (a flag per file, in shared
+    memory so the loader's workers share it). Then, with `strict`, UnreadableImageError is
+    raised instead; with `substitute` (training) the next readable file takes its place, so
+    batches keep their size; otherwise (evaluation) the item is None, and collate_readable()
+    leaves it out.
     """
 
-    def __init__(self, root: str, transform: v2.Compose, *, strict: bool = False, substitute: bool = False) -> None:
-        super().__init__(root, transform=transform, loader=read_image)
-        self.strict, self.substitute = strict, substitute
-        self.unreadable = torch.zeros(len(self.samples), dtype=torch.bool).share_memory_()
+    root: str
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | None:
+    def track_unreadable(self, num_files: int, *, strict: bool, substitute: bool) -> None:
+        """Start with no file flagged; `strict` and `substitute` as the class docstring says."""
+        self.strict, self.substitute = strict, substitute
+        self.unreadable = torch.zeros(num_files, dtype=torch.bool).share_memory_()
+
+    def first_readable(self, index: int, read: Callable[[int], T | None]) -> T | None:
+        """read(index), where `read` returns None for an unreadable file; with `substitute`, the next readable one's."""
         if not self.substitute:
-            return self._read(index)
-        for offset in range(len(self.samples)):
-            item = self._read((index + offset) % len(self.samples))
+            return read(index)
+        num_files = len(self.unreadable)
+        for offset in range(num_files):
+            item = read((index + offset) % num_files)
             if item is not None:
                 return item
-        raise UnreadableImageError(f"none of the {len(self.samples)} images under {self.root} can be read")
+        raise UnreadableImageError(f"none of the {num_files} images under {self.root} can be read")
 
-    def _read(self, index: int) -> tuple[torch.Tensor, int] | None:
+    def open_file(self, index: int, path: str) -> Image.Image | None:
+        """read_image(path) for file `index`, or None if it cannot be read (flagged, and named the first time)."""
         if self.unreadable[index]:
             return None
-        path, label = self.samples[index]
         try:
-            image = read_image(path)
+            return read_image(path)
         except UnreadableImageError as err:
             if self.strict:
                 raise UnreadableImageError(f"{err}; --strict-data stops at the first unreadable file") from None
             self.unreadable[index] = True
             print(f"skipping an unreadable image: {err}", file=sys.stderr, flush=True)
             return None
-        return self.transform(image), label

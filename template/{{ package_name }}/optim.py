@@ -14,16 +14,17 @@ SCHEDULERS = ("none", "step", "cosine", "plateau")
 
 
 def param_groups(
-    model: nn.Module, backbone: nn.Module, lr: float, weight_decay: float, backbone_lr_scale: float = 1.0
+    model: nn.Module, backbone: nn.Module | None, lr: float, weight_decay: float, backbone_lr_scale: float = 1.0
 ) -> list[dict]:
     """Split trainable parameters into groups by (backbone or head) x (decayed or not).
 
     Biases and normalisation weights (every parameter with fewer than 2 dimensions) get no
     weight decay: shrinking them towards zero only hurts. Backbone parameters train at
-    lr * backbone_lr_scale, which fine-tuning sets below 1. Head groups come first, so
-    group 0 always runs at `lr` itself.
+    lr * backbone_lr_scale, which fine-tuning sets below 1 (a model without a backbone, None,
+    trains everything at `lr`). Head groups come first, so group 0 always runs at `lr` itself.
+    Frozen parameters (requires_grad False) are in no group.
     """
-    backbone_ids = {id(p) for p in backbone.parameters()}
+    backbone_ids = {id(p) for p in backbone.parameters()} if backbone is not None else set()
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
     for param in model.parameters():
         if param.requires_grad:

@@ -26,11 +26,21 @@ class SyntheticShapes(Dataset):
     pixels), and each epoch reads it from memory.
     """
 
-    def __init__(self, size: int, img_size: int, seed: int, transform: v2.Transform | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        img_size: int,
+        seed: int,
+        transform: v2.Transform | None = None,
+        *,
+        noise: float = 0.2,
+        gradient: float = 0.0,
+    ) -> None:
         self.size = size
         self.img_size = img_size
         self.seed = seed
         self.transform = transform
+        self.noise, self.gradient = noise, gradient  # render_shape's texture: see there
         self.classes = list(SHAPES)
         fits = size * 3 * img_size * img_size <= MAX_RENDERED_BYTES
         self.images = torch.stack([self.render(index) for index in range(size)]) if fits else None  # (N, 3, S, S)
@@ -48,11 +58,18 @@ class SyntheticShapes(Dataset):
     def render(self, index: int) -> torch.Tensor:
         """Draw item `index`'s image, uint8 (3, S, S), from its own generator."""
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        return render_shape(SHAPES[index % len(SHAPES)], self.img_size, gen)
+        return render_shape(SHAPES[index % len(SHAPES)], self.img_size, gen, noise=self.noise, gradient=self.gradient)
 
 
-def render_shape(shape: str, img_size: int, gen: torch.Generator) -> torch.Tensor:
-    """Draw one shape with a random centre, size and colour; returns uint8 (3, img_size, img_size)."""
+def render_shape(
+    shape: str, img_size: int, gen: torch.Generator, *, noise: float = 0.2, gradient: float = 0.0
+) -> torch.Tensor:
+    """Draw one shape with a random centre, size and colour; returns uint8 (3, img_size, img_size).
+
+    `noise`: the std of the white noise over the whole image (the classifier's texture; 0 for
+    clean images to restore). `gradient`: how much the background's brightness changes across
+    the image, in a random direction (0: a flat background, as the classifier sees it).
+    """
 
     def uniform(low: float, high: float) -> float:
         return low + (high - low) * torch.rand((), generator=gen).item()
@@ -80,6 +97,11 @@ def render_shape(shape: str, img_size: int, gen: torch.Generator) -> torch.Tenso
     background = torch.rand(3, 1, 1, generator=gen)
     # Any colour, but at least 0.3 away from the background in every channel: visible, not trivial.
     foreground = (background + 0.3 + 0.4 * torch.rand(3, 1, 1, generator=gen)) % 1.0
+    if gradient > 0:  # the background brightens by about `gradient` across the image, in a random direction
+        angle = torch.tensor(uniform(0, 2 * torch.pi))
+        centred = coords / img_size - 0.5  # (S,): -0.5 .. 0.5
+        background = background + gradient * (centred[None, :] * angle.cos() + centred[:, None] * angle.sin())
     image = torch.where(mask, foreground, background)  # (3, S, S)
-    image = image + 0.2 * torch.randn(3, img_size, img_size, generator=gen)
+    if noise > 0:
+        image = image + noise * torch.randn(3, img_size, img_size, generator=gen)
     return (image.clamp(0, 1) * 255).round().to(torch.uint8)
