@@ -36,6 +36,7 @@ from packaging.version import InvalidVersion, Version
 from conftest import REPO, render
 
 MODEL = "shape_classifier/tiny_resnet.py"  # the model file with the default answers
+CLASSIFICATION = "{{% if task == 'classification' %}}{}{{% endif %}}"  # a classification file's template name
 MOVED_MODEL = "shape_classifier/models/tiny_resnet.py"  # where 2.0.0 puts it
 TEMPLATE_MARK = "[template 1.1.0] "
 WORKFLOW = ".github/workflows/copier-update.yml"
@@ -180,24 +181,27 @@ def history(tmp_path_factory) -> Path:
 
     tpl = src / "template"
     mark_docstring(tpl / "train.py.jinja", TEMPLATE_MARK)
-    mark_docstring(tpl / "{{ package_name }}" / "{{ model_module }}.py.jinja", TEMPLATE_MARK)
-    edit_first(tpl / "README.md.jinja", "# ", lambda line: line.replace("# ", "# " + TEMPLATE_MARK, 1))
+    model_file = CLASSIFICATION.format("{{ model_module }}.py") + ".jinja"
+    mark_docstring(tpl / "{{ package_name }}" / model_file, TEMPLATE_MARK)
+    readme = tpl / (CLASSIFICATION.format("README.md") + ".jinja")
+    edit_first(readme, "# ", lambda line: line.replace("# ", "# " + TEMPLATE_MARK, 1))
     with (src / "copier.yml").open("a") as f:
         f.write(CITATION_QUESTION)
     (tpl / "{% if citation %}CITATION.cff{% endif %}.jinja").write_text(
         'cff-version: 1.2.0\ntitle: "{{ project_name }}"\n'
     )
     (tpl / "CONTRIBUTING.md").write_text("# Contributing\n\nRun `pytest` before you open a pull request.\n")
-    (tpl / "tests" / "test_cuda.py").unlink()
+    (tpl / "tests" / CLASSIFICATION.format("test_cuda.py")).unlink()
     commit_all(src, "1.1.0")
     git(src, "tag", "1.1.0")
 
     package = tpl / "{{ package_name }}"
     (package / "models").mkdir()
-    git(package, "mv", "{{ model_module }}.py.jinja", "models/{{ model_module }}.py.jinja")
+    git(package, "mv", model_file, f"models/{model_file}")
     (package / "models" / "__init__.py").write_text('"""The models."""\n')
     (tpl / "scripts").mkdir()
-    git(tpl, "mv", "test.py.jinja", "scripts/evaluate.py.jinja")
+    evaluate = "scripts/" + CLASSIFICATION.format("evaluate.py") + ".jinja"
+    git(tpl, "mv", CLASSIFICATION.format("test.py") + ".jinja", evaluate)
     existing = re.search(r"^_migrations:", (src / "copier.yml").read_text(), re.MULTILINE)
     assert existing is None, "copier.yml has _migrations now: add MIGRATIONS' entries to that list"
     with (src / "copier.yml").open("a") as f:
