@@ -3,8 +3,9 @@
     make gpu-check                                          # on a machine with CUDA: under 8 minutes on one GPU
     python benchmarks/gpu_check.py --device cpu --quick     # a smoke run of this script on a CPU
 
-1. Renders each multi_gpu choice (ddp, dataparallel, none) into build/gpu-check/<choice>/ and
-   runs its own pytest on tests/test_cuda.py (train.py's loop and test.py on CUDA: prefetch
+1. Renders each multi_gpu choice (ddp, dataparallel, none), and the restoration task with ddp,
+   into build/gpu-check/<name>/ and runs its own pytest on tests/test_cuda.py (train.py's loop
+   and test.py on CUDA: prefetch
    thread, pinned memory, bf16, fp16, channels_last, torch.compile) and tests/test_efficiency.py;
    with 2 or more GPUs also its multi-GPU tests (test_distributed.py under ddp, including
    NCCL and SyncBatchNorm; test_dataparallel.py under dataparallel).
@@ -32,9 +33,19 @@ import torch
 from gpu import table
 from loop_overhead import REPO, render
 
-MULTI_GPU = ("ddp", "dataparallel", "none")
+RENDERINGS = {  # name: answers; the restoration task's (hidden until it is complete) as well
+    "ddp": {"multi_gpu": "ddp"},
+    "dataparallel": {"multi_gpu": "dataparallel"},
+    "none": {"multi_gpu": "none"},
+    "restoration-ddp": {"multi_gpu": "ddp", "task": "restoration"},
+}
 CUDA_TESTS = ["tests/test_cuda.py", "tests/test_efficiency.py"]
-MULTI_GPU_TESTS = {"ddp": ["tests/test_distributed.py"], "dataparallel": ["tests/test_dataparallel.py"], "none": []}
+MULTI_GPU_TESTS = {
+    "ddp": ["tests/test_distributed.py"],
+    "dataparallel": ["tests/test_dataparallel.py"],
+    "none": [],
+    "restoration-ddp": ["tests/test_distributed.py"],
+}
 BUDGET_S = 480  # the whole check, on one GPU
 
 
@@ -122,12 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     opts.out.mkdir(parents=True, exist_ok=True)
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
     tests = {}
-    for choice in MULTI_GPU[:1] if opts.quick else MULTI_GPU:
+    for choice in list(RENDERINGS)[:1] if opts.quick else RENDERINGS:
         project = opts.out / choice
         shutil.rmtree(project, ignore_errors=True)  # a fresh rendering each time
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # copier's DirtyLocalWarning: checking the working tree is the point
-            render(REPO, project, multi_gpu=choice)
+            render(REPO, project, **RENDERINGS[choice])
         files = CUDA_TESTS + (MULTI_GPU_TESTS[choice] if gpus >= 2 else [])
         tests[choice] = run_tests(project, files, opts.out / f"{choice}.xml", timeout=300)
         print(f"{choice}: {tests[choice]['passed']} passed, {tests[choice]['failed']} failed, "

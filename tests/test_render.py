@@ -75,13 +75,12 @@ def test_project_pytest(project):
     assert " passed" in result.stdout and " failed" not in result.stdout
 
 
-# The restoration task is being built (issue 12): copier.yml does not offer it yet, and its project
-# has train.py, test.py, predict.py and export.py, but not yet every test and benchmark the
-# classification project has (issue 12 lists what remains). What it has is checked like the rest.
+# The restoration task is being built (issue 12): copier.yml does not ask for it yet. Its project is
+# checked like the rest, for each multi_gpu choice.
 RESTORATION_MODULES = ("layers", "networks", "losses", "ops", "restorer", "data", "degradations", "evaluation", "task")
 
 
-@pytest.fixture(scope="module", params=["ddp", "none"])
+@pytest.fixture(scope="module", params=["ddp", "dataparallel", "none"])
 def restoration(request, tmp_path_factory) -> Path:
     return render(tmp_path_factory.mktemp("restoration") / "project", task="restoration", multi_gpu=request.param)
 

@@ -191,7 +191,7 @@ def history(tmp_path_factory) -> Path:
         'cff-version: 1.2.0\ntitle: "{{ project_name }}"\n'
     )
     (tpl / "CONTRIBUTING.md").write_text("# Contributing\n\nRun `pytest` before you open a pull request.\n")
-    (tpl / "tests" / CLASSIFICATION.format("test_cuda.py")).unlink()
+    (tpl / "tests" / "test_cuda.py").unlink()
     commit_all(src, "1.1.0")
     git(src, "tag", "1.1.0")
 
