@@ -4,6 +4,7 @@
     python benchmarks/loop_overhead.py --batch-size 64 --rounds 60 --also-prefetch-depth 2 --noise-control
     python benchmarks/loop_overhead.py --batch-size 128 --also-prefetch-depth 2 --noise-control
     python benchmarks/loop_overhead.py --quick --json result.json  # ~1.5 min: tests/test_benchmarks.py
+    python benchmarks/loop_overhead.py --quick --task restoration --json result.json  # the restoration project
 
 The script renders this template with its default answers into a temporary folder, imports the
 rendered train.py and builds everything with its setup(): the default TinyResNet, the built-in
@@ -58,6 +59,13 @@ once per run, at its end: more often than train.py logs by default, which can on
 slower. Outside --quick, a round counts only if other processes used at most
 --max-foreign-load of the CPUs meanwhile (read from /proc/stat on Linux); busy rounds are
 printed, dropped and run again.
+
+--task restoration renders the template with task=restoration and measures that project's loop the
+same way: the default Restorer (a U-Net that returns its loss when given the clean images) on the
+built-in shapes with Gaussian noise, as (degraded, clean) batches. Its bare loop's step is
+zero_grad, loss = model(degraded, clean), backward, step; its bare evaluation sums the pixel (L1)
+loss and PSNR and SSIM of the restored and of the degraded images, with the project's own ops
+functions, as validate() does. The near-zero model is a 4-channel, one-level U-Net on 8x8 patches.
 """
 
 import argparse
@@ -98,6 +106,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--micro-steps", type=int, default=None, help="steps per run of the near-zero model (default 400, quick 150)"
     )
+    parser.add_argument(
+        "--task", choices=("classification", "restoration"), default="classification",
+        help="which project to render and measure (the template's hidden question `task`)",
+    )  # fmt: skip
     parser.add_argument("--device", default="cpu", help="cpu (what the targets are for), cuda, ...")
     parser.add_argument("--quick", action="store_true", help="fewer, shorter runs: under 3 minutes on 2 CPU cores")
     parser.add_argument("--no-lightning", action="store_true", help="skip Lightning even when it is installed")
@@ -201,7 +213,7 @@ def run_generated(train: ModuleType, session: Any, state: Any, args: argparse.Na
     return seconds
 
 
-def run_bare(session: Any, memory_format: torch.memory_format) -> float:
+def run_bare(session: Any, memory_format: torch.memory_format, task: str) -> float:
     """Seconds for one epoch of the minimal loop over the same loader, model and optimizer."""
     model, optimizer, device = session.wrapped, session.optimizer, session.device
     criterion = session.model.loss
@@ -212,14 +224,15 @@ def run_bare(session: Any, memory_format: torch.memory_format) -> float:
         images = images.to(device, non_blocking=True, memory_format=memory_format)
         targets = targets.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
-        loss = criterion(model(images), targets)
+        # Restoration: targets are the clean images, and the model returns its loss when given them.
+        loss = model(images, targets) if task == "restoration" else criterion(model(images), targets)
         loss.backward()
         optimizer.step()
     synchronize(device)
     return time.perf_counter() - start
 
 
-def lightning_runner(pl: ModuleType, session: Any, args: argparse.Namespace, root: Path):
+def lightning_runner(pl: ModuleType, session: Any, args: argparse.Namespace, root: Path, task: str):
     """A function that trains one epoch under Lightning's Trainer and returns its seconds."""
 
     class Module(pl.LightningModule):
@@ -229,7 +242,10 @@ def lightning_runner(pl: ModuleType, session: Any, args: argparse.Namespace, roo
 
         def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
             images, targets = batch
-            loss = session.model.loss(self.model(images), targets)
+            if task == "restoration":  # targets are the clean images: the model returns its loss
+                loss = self.model(images, targets)
+            else:
+                loss = session.model.loss(self.model(images), targets)
             self.log("loss", loss, prog_bar=True)
             return loss
 
@@ -281,20 +297,31 @@ def run_generated_eval(train: ModuleType, session: Any, args: argparse.Namespace
 
 
 @torch.no_grad()
-def run_bare_eval(session: Any, memory_format: torch.memory_format) -> float:
-    """Seconds for a minimal evaluation loop: summed loss and correct count, fetched once at the end."""
+def run_bare_eval(session: Any, memory_format: torch.memory_format, ops: ModuleType | None = None) -> float:
+    """Seconds for a minimal evaluation loop: summed loss and metrics, fetched once at the end.
+
+    Classification: the cross-entropy and the correct count. Restoration (`ops`, the project's
+    ops module): the pixel loss, and PSNR and SSIM of the restored and of the degraded images
+    with the project's own functions, the metrics validate() sums.
+    """
     model, device = session.model, session.device
     model.eval()
     start = time.perf_counter()
     loss_sum = torch.zeros((), device=device)
-    correct = torch.zeros((), device=device, dtype=torch.int64)
+    score = torch.zeros((), device=device, dtype=torch.int64 if ops is None else torch.float32)  # a count, or dB
     for images, targets in session.val_loader:
         images = images.to(device, non_blocking=True, memory_format=memory_format)
         targets = targets.to(device, non_blocking=True)
-        logits = model(images)
-        loss_sum += F.cross_entropy(logits, targets, reduction="sum")
-        correct += (logits.argmax(dim=1) == targets).sum()
-    loss_sum.item(), correct.item()
+        outputs = model(images)
+        if ops is None:  # outputs: the logits
+            loss_sum += F.cross_entropy(outputs, targets, reduction="sum")
+            score += (outputs.argmax(dim=1) == targets).sum()
+        else:  # outputs: the restored images; targets: the clean ones, (N, 3, S, S)
+            loss_sum += F.l1_loss(outputs, targets) * images.shape[0]
+            restored = outputs.clamp(0, 1)
+            for pred in (restored, images):
+                score += ops.psnr(pred, targets).sum() + ops.ssim(pred, targets).sum()
+    loss_sum.item(), score.item()
     seconds = time.perf_counter() - start
     model.train()
     return seconds
@@ -303,13 +330,14 @@ def run_bare_eval(session: Any, memory_format: torch.memory_format) -> float:
 def micro_session(train: ModuleType, opts: argparse.Namespace, workdir: Path) -> tuple[Any, Any, argparse.Namespace]:
     """A session whose steps cost almost nothing, so that what each loop adds per step shows.
 
-    A 4-channel TinyResNet on 8x8 images in batches of 8, fed from images made once and held
-    in a TensorDataset (the project's sampler, default collation): a step takes about 2 ms,
-    data loading a small part of it.
+    A 4-channel TinyResNet (restoration: a one-level U-Net) on 8x8 images in batches of 8, fed
+    from images made once and held in a TensorDataset (the project's sampler, default collation):
+    a step takes about 2 ms, data loading a small part of it.
     """
+    size_flag = "--patch-size" if opts.task == "restoration" else "--img-size"  # the flags differ by task
     args = train.get_args_parser().parse_args(
         [
-            "--device", opts.device, "--batch-size", str(MICRO_BATCH), "--img-size", "8", "--widths", "4",
+            "--device", opts.device, "--batch-size", str(MICRO_BATCH), size_flag, "8", "--widths", "4",
             "--shapes-train-size", str(opts.micro_steps * MICRO_BATCH), "--shapes-val-size", str(MICRO_BATCH),
             "--epochs", "1000", "--progress", "always",
             "--output-dir", str(workdir / "runs"), "--run-name", "micro",
@@ -319,7 +347,9 @@ def micro_session(train: ModuleType, opts: argparse.Namespace, workdir: Path) ->
     loader = session.train_loader
     shapes, shuffle = loader.dataset.dataset, loader.sampler.sampler  # inside Seeded and SeededSampler
     images, targets = zip(*(shapes[i] for i in range(len(shapes))), strict=True)
-    dataset = torch.utils.data.TensorDataset(torch.stack(images), torch.tensor(targets))
+    # Restoration's targets are the clean images (3, 8, 8), classification's class indices.
+    targets = torch.stack(targets) if opts.task == "restoration" else torch.tensor(targets)
+    dataset = torch.utils.data.TensorDataset(torch.stack(images), targets)
     session.train_loader = torch.utils.data.DataLoader(dataset, batch_size=MICRO_BATCH, sampler=shuffle)
     return session, state, args
 
@@ -362,7 +392,7 @@ def measure(opts: argparse.Namespace, project: Path, workdir: Path) -> dict[str,
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
     variants = {
         "generated": lambda: run_generated(train, session, state, args),
-        "bare": lambda: run_bare(session, memory_format),
+        "bare": lambda: run_bare(session, memory_format, opts.task),
     }
     if opts.also_prefetch_depth is not None:
         depth = opts.also_prefetch_depth
@@ -371,18 +401,18 @@ def measure(opts: argparse.Namespace, project: Path, workdir: Path) -> dict[str,
     if opts.noise_control:
         variants["bare_again"] = variants["bare"]
     if pl is not None:
-        variants["lightning"] = lightning_runner(pl, session, args, workdir / "lightning")
+        variants["lightning"] = lightning_runner(pl, session, args, workdir / "lightning", opts.task)
     eval_variants = {
         "generated": lambda: run_generated_eval(train, session, args),
-        "bare": lambda: run_bare_eval(session, memory_format),
+        "bare": lambda: run_bare_eval(session, memory_format, train.task.ops if opts.task == "restoration" else None),
     }
     micro, micro_state, micro_args = micro_session(train, opts, workdir)
     micro_variants = {
         "generated": lambda: run_generated(train, micro, micro_state, micro_args),
-        "bare": lambda: run_bare(micro, torch.contiguous_format),
+        "bare": lambda: run_bare(micro, torch.contiguous_format, opts.task),
     }
     if pl is not None:
-        micro_variants["lightning"] = lightning_runner(pl, micro, micro_args, workdir / "lightning-micro")
+        micro_variants["lightning"] = lightning_runner(pl, micro, micro_args, workdir / "lightning-micro", opts.task)
     train_samples = len(session.train_loader) * opts.batch_size
     eval_samples = len(session.val_loader.dataset)
     micro_steps = len(micro.train_loader)
@@ -464,6 +494,7 @@ def measure(opts: argparse.Namespace, project: Path, workdir: Path) -> dict[str,
         "eval_ratio_vs_bare": statistics.median(eval_ratios),
         "loop_us_per_step": medians("micro"),
         "overhead_us_per_step": {name: statistics.median(values) for name, values in overhead.items()},
+        "task": opts.task,
         "batch_size": opts.batch_size,
         "steps": opts.steps,
         "rounds": sum(keep),
@@ -536,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     with tempfile.TemporaryDirectory(prefix="loop-overhead-") as tmp:
         workdir = Path(tmp)
-        project = opts.project or render(opts.template, workdir / "project")
+        project = opts.project or render(opts.template, workdir / "project", task=opts.task)
         result = measure(opts, project, workdir)
     info["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
     result["machine"] = info
@@ -544,7 +575,10 @@ def main(argv: list[str] | None = None) -> int:
     threads = f"{info['torch_threads']} torch threads"
     print(f"\n{info['cpu']}, {info['cores']} cores, {threads}, torch {info['torch']}, device {opts.device}")
     dropped = f", {result['rounds_dropped']} busy rounds dropped" if result["rounds_dropped"] else ""
-    print(f"TinyResNet (train.py defaults), built-in shapes: {opts.steps} steps x {result['rounds']} rounds{dropped}")
+    model = "TinyResNet (train.py defaults), built-in shapes"
+    if opts.task == "restoration":
+        model = "Restorer U-Net (train.py defaults), built-in shapes with noise"
+    print(f"{model}: {opts.steps} steps x {result['rounds']} rounds{dropped}")
     if result["busy_machine"]:
         print(f"WARNING: fewer than 3 rounds with foreign load <= {opts.max_foreign_load}: every round is reported")
     print(table(result))
