@@ -29,7 +29,7 @@ MODEL_PARTS = ("layers", "networks", "losses", "ops")
 # they share. Add your own infrastructure module here; never a model part.
 INFRASTRUCTURE = (
     "data", "images", "transforms", "figures", "pretrained", "checkpoint", "runs", "runtime", "optim",
-    "evaluation", "tracking", "distributed", "task", "loaders", "degradations",
+    "evaluation", "tracking", "distributed", "task", "loaders", "degradations", "downloads",
 )  # fmt: skip
 # Imports point one way: ops -> layers -> networks -> the model file; losses -> the model file.
 MAY_IMPORT = {"ops": (), "layers": ("ops",), "networks": ("layers", "ops"), "losses": ("layers", "networks", "ops")}
