@@ -33,7 +33,7 @@ import torch
 from gpu import table
 from loop_overhead import REPO, render
 
-RENDERINGS = {  # name: answers; the restoration task's (hidden until it is complete) as well
+RENDERINGS = {  # name: answers
     "ddp": {"multi_gpu": "ddp"},
     "dataparallel": {"multi_gpu": "dataparallel"},
     "none": {"multi_gpu": "none"},

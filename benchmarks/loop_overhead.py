@@ -108,7 +108,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--task", choices=("classification", "restoration"), default="classification",
-        help="which project to render and measure (the template's hidden question `task`)",
+        help="which project to render and measure (the template's question `task`)",
     )  # fmt: skip
     parser.add_argument("--device", default="cpu", help="cpu (what the targets are for), cuda, ...")
     parser.add_argument("--quick", action="store_true", help="fewer, shorter runs: under 3 minutes on 2 CPU cores")

@@ -75,8 +75,7 @@ def test_project_pytest(project):
     assert " passed" in result.stdout and " failed" not in result.stdout
 
 
-# The restoration task is being built (issue 12): copier.yml does not ask for it yet. Its project is
-# checked like the rest, for each multi_gpu choice.
+# The restoration task's project, checked like the rest, for each multi_gpu choice.
 RESTORATION_MODULES = ("layers", "networks", "losses", "ops", "restorer", "data", "degradations", "evaluation", "task")
 
 

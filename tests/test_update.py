@@ -239,6 +239,15 @@ def test_update_without_edits_equals_a_fresh_copy(history, tmp_path, answers, ol
     assert not unmerged(project)
 
 
+def test_a_restoration_project_updates_as_one(history, tmp_path):
+    """The task is recorded with the other answers, so an update re-renders the same task."""
+    project = copy_project(tmp_path / "updated", history, "1.0.0", task="restoration")
+    assert yaml.safe_load((project / ".copier-answers.yml").read_text())["task"] == "restoration"
+    update(project, "1.1.0")
+    assert_same_tree(project, render(tmp_path / "fresh", src=history, vcs_ref="1.1.0", task="restoration"))
+    assert (project / "shape_restorer" / "restorer.py").is_file()
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. User edits and template changes in different parts of the same files: both kept.
 

@@ -93,6 +93,8 @@ class EMA:
     update() after every `every`-th optimizer step: ema = decay * ema + (1 - decay) * weights, for
     every floating-point parameter and buffer (batch-norm statistics too); integer buffers are
     copied. The first update copies the weights, so the average never holds the random init.
+    Frozen parameters (requires_grad False: a frozen backbone, a perceptual loss's VGG) never
+    change, so after that first copy they are left alone.
     The counter lives in Python, so an update never waits for the device.
     """
 
@@ -111,6 +113,8 @@ class EMA:
         for mine, theirs in pairs:
             if self.updates == 0 or not mine.is_floating_point():
                 mine.copy_(theirs)
+            elif isinstance(theirs, nn.Parameter) and not theirs.requires_grad:
+                continue  # frozen: equal to the copy made at the first update
             else:
                 averaged.append(mine)
                 current.append(theirs)
