@@ -35,12 +35,13 @@ class SyntheticShapes(Dataset):
         *,
         noise: float = 0.2,
         gradient: float = 0.0,
+        stripes: float = 0.0,
     ) -> None:
         self.size = size
         self.img_size = img_size
         self.seed = seed
         self.transform = transform
-        self.noise, self.gradient = noise, gradient  # render_shape's texture: see there
+        self.noise, self.gradient, self.stripes = noise, gradient, stripes  # render_shape's textures: see there
         self.classes = list(SHAPES)
         fits = size * 3 * img_size * img_size <= MAX_RENDERED_BYTES
         self.images = torch.stack([self.render(index) for index in range(size)]) if fits else None  # (N, 3, S, S)
@@ -58,17 +59,26 @@ class SyntheticShapes(Dataset):
     def render(self, index: int) -> torch.Tensor:
         """Draw item `index`'s image, uint8 (3, S, S), from its own generator."""
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        return render_shape(SHAPES[index % len(SHAPES)], self.img_size, gen, noise=self.noise, gradient=self.gradient)
+        textures = {"noise": self.noise, "gradient": self.gradient, "stripes": self.stripes}
+        return render_shape(SHAPES[index % len(SHAPES)], self.img_size, gen, **textures)
 
 
 def render_shape(
-    shape: str, img_size: int, gen: torch.Generator, *, noise: float = 0.2, gradient: float = 0.0
+    shape: str,
+    img_size: int,
+    gen: torch.Generator,
+    *,
+    noise: float = 0.2,
+    gradient: float = 0.0,
+    stripes: float = 0.0,
 ) -> torch.Tensor:
     """Draw one shape with a random centre, size and colour; returns uint8 (3, img_size, img_size).
 
     `noise`: the std of the white noise over the whole image (the classifier's texture; 0 for
     clean images to restore). `gradient`: how much the background's brightness changes across
-    the image, in a random direction (0: a flat background, as the classifier sees it).
+    the image, in a random direction. `stripes`: the amplitude of a striped texture on the shape,
+    a sine wave of random direction and period (3 to 8 pixels). The classifier's images have
+    neither (0), and their random numbers are drawn exactly as before these options existed.
     """
 
     def uniform(low: float, high: float) -> float:
@@ -101,6 +111,10 @@ def render_shape(
         angle = torch.tensor(uniform(0, 2 * torch.pi))
         centred = coords / img_size - 0.5  # (S,): -0.5 .. 0.5
         background = background + gradient * (centred[None, :] * angle.cos() + centred[:, None] * angle.sin())
+    if stripes > 0:
+        theta, period = torch.tensor(uniform(0, torch.pi)), uniform(3.0, 8.0)
+        wave = torch.sin(2 * torch.pi * (dx * theta.cos() + dy * theta.sin()) / period)  # (S, S)
+        foreground = foreground + stripes * wave  # (3, S, S)
     image = torch.where(mask, foreground, background)  # (3, S, S)
     if noise > 0:
         image = image + noise * torch.randn(3, img_size, img_size, generator=gen)
