@@ -29,12 +29,16 @@ def project(request, tmp_path_factory) -> Path:
     return render(tmp_path_factory.mktemp(request.param) / "project", **ANSWERS[request.param])
 
 
-def test_no_template_syntax_left(project):
+def assert_no_template_syntax_left(project: Path) -> None:
     for path in project.rglob("*"):
         if path.is_file() and ".git" not in path.parts:
             text = path.read_text(encoding="utf-8")
             match = LEFTOVER.search(text)
             assert match is None, f"{path.relative_to(project)}: leftover {match.group()!r}"
+
+
+def test_no_template_syntax_left(project):
+    assert_no_template_syntax_left(project)
 
 
 def test_layout(project):
@@ -90,9 +94,7 @@ def test_restoration_layout_ruff_and_suite(restoration):
     assert not (package / "transforms.py").exists() and not (package / "pretrained.py").exists()
     scripts = ("train.py", "test.py", "predict.py", "export.py", "README.md")
     assert all((restoration / name).is_file() for name in scripts)
-    for path in restoration.rglob("*"):
-        if path.is_file() and ".git" not in path.parts:
-            assert LEFTOVER.search(path.read_text(encoding="utf-8")) is None, path
+    assert_no_template_syntax_left(restoration)
     run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=restoration)
     run([sys.executable, "-m", "ruff", "format", "--no-cache", "--check", "."], cwd=restoration)
     result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=restoration)

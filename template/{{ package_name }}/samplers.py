@@ -5,6 +5,7 @@ gives each sample the seed of its random augmentation, which Seeded sets while t
 read; evaluation shards without padding so every sample is counted exactly once.
 """
 
+import contextlib
 import math
 from collections.abc import Iterator
 
@@ -110,11 +111,18 @@ class Seeded(Dataset):
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int, int]:
         index, seed = key
-        generator = torch.default_generator  # the CPU generator only: no CUDA call in a loader worker
-        state = generator.get_state()
-        generator.manual_seed(seed)
-        try:
+        with fixed_seed(seed):
             image, label = self.dataset[index]
-        finally:
-            generator.set_state(state)
         return image, label, seed
+
+
+@contextlib.contextmanager
+def fixed_seed(seed: int) -> Iterator[None]:
+    """Within the block, torch's global CPU generator starts from `seed`; afterwards it is as it was before."""
+    generator = torch.default_generator  # the CPU generator only: no CUDA call in a loader worker
+    state = generator.get_state()
+    generator.manual_seed(seed)
+    try:
+        yield
+    finally:
+        generator.set_state(state)
