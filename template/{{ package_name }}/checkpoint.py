@@ -5,6 +5,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,11 +62,13 @@ def training_state(
     *,
     preprocessing: dict[str, Any],
     ema: Any = None,
+    rng: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Everything a resumed run needs, as tensors and plain Python (loadable with weights_only=True).
 
     `preprocessing`: how images were fed to the model (transforms.Preprocessing.to_dict()).
     `ema`: an optim.EMA, whose weights test.py, predict.py and export.py use by default.
+    `rng`: each process's rng_state(), in rank order (default: this process's alone).
     """
     return {
         "model": unwrap(model).state_dict(),  # the bare model: no wrapper prefixes in its keys
@@ -79,7 +82,7 @@ def training_state(
         "scheduler": scheduler.state_dict(),
         "scaler": scaler.state_dict(),
         "run_state": run_state,
-        "rng": rng_state(),
+        "rng": rng if rng is not None else [rng_state()],
         "args": json.loads(json.dumps(args, default=str)),  # Paths become strings
     }
 
@@ -121,9 +124,13 @@ def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, ke
     for path in paths[1:]:
         _copy(paths[0], path)
     if keep_epochs > 0:
-        epoch_files = sorted(run_dir.glob("epoch-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
-        for old in epoch_files[:-keep_epochs]:
-            old.unlink()
+        # Only the names written here, epoch-<number>.pt: epoch-best.pt or a copy such as epoch-3-backup.pt stays.
+        written = {}
+        for path in run_dir.glob("epoch-*.pt"):
+            if match := re.fullmatch(r"epoch-(\d+)\.pt", path.name):
+                written[int(match[1])] = path
+        for number in sorted(written)[:-keep_epochs]:
+            written[number].unlink()
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -180,11 +187,13 @@ def restore(
     scheduler: Any,
     scaler: torch.amp.GradScaler,
     ema: Any = None,
+    rank: int = 0,
 ) -> RunState:
     """Load a checkpoint into freshly built objects (an optim.EMA too) and return its counters.
 
-    Raises UsageError if it holds another model or config. Restores the random-number state
-    too, so call it after everything else that draws random numbers (model init) is built.
+    Raises UsageError if it holds another model or config. Restores process `rank`'s random-number
+    state too, so call it after everything else that draws random numbers (model init) is built. A
+    process the saved run did not have (a restart with more of them) keeps the streams it was seeded with.
     """
     check_compatible(state, model_name, unwrap(model).config.to_dict())
     unwrap(model).load_state_dict(state["model"])
@@ -193,9 +202,16 @@ def restore(
         ema.updates = state["ema_updates"]
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):  # the rebuilt curve's rate now (a new --epochs
+        # changes the curve), not the rate the saved one had set: the next step trains at the rebuilt curve's rate.
+        rates = zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True)
+        for group, base_lr, factor in rates:
+            group["lr"] = base_lr * factor(scheduler.last_epoch)
     if state["scaler"]:  # empty when saved without --amp fp16: a newly enabled scaler starts afresh
         scaler.load_state_dict(state["scaler"])
-    set_rng_state(state["rng"])
+    states = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]  # a dict: before ranks had their own
+    if rank < len(states):
+        set_rng_state(states[rank])
     saved = dict(state["run_state"])
     if "best_accuracy" in saved:  # a checkpoint written before the score had a task-neutral name
         saved["best_score"] = saved.pop("best_accuracy")

@@ -49,6 +49,20 @@ def build_optimizer(groups: list[dict], name: str, lr: float, momentum: float = 
     raise UsageError(f"unknown optimizer {name!r}; choose adamw or sgd")
 
 
+WEIGHT_DECAY = {"adamw": 0.05, "sgd": 1e-4}  # torchvision's: AdamW's decoupled decay and SGD's L2 differ in scale
+
+
+def plateau_patience(given: int | None, patience: int | None) -> int:
+    """--plateau-patience, or its default: 5 epochs, fewer when --patience would stop the run before the rate drops.
+
+    ReduceLROnPlateau lowers the rate after patience + 1 epochs without progress; an early stop
+    comes after --patience such epochs. Two less than --patience lowers the rate once before it.
+    """
+    if given is not None:
+        return given
+    return 5 if patience is None else max(0, min(5, patience - 2))
+
+
 def build_scheduler(
     optimizer: torch.optim.Optimizer,
     name: str,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import UsageError
-from .checkpoint import load, resolve
+from .checkpoint import OutputError, load, resolve
 
 
 class RunFinished(Exception):  # noqa: N818 - not an error: the script says so and exits 0
@@ -30,8 +30,10 @@ def find_run(
     --auto-resume, which continues it. Nothing is created here: make_run_dir() does that once
     the run is set up.
     """
-    if output_dir.exists() and not output_dir.is_dir():
-        raise UsageError(f"--output-dir {output_dir} is a file, not a directory")
+    existing = next(folder for folder in (output_dir, *output_dir.parents) if folder.exists())
+    if not existing.is_dir():
+        where = "is a file" if existing == output_dir else f"is under {existing}, a file"
+        raise UsageError(f"--output-dir {output_dir} {where}, not a directory")
     if run_name is not None and (Path(run_name).name != run_name or run_name in ("", ".", "..")):
         raise UsageError(f"--run-name {run_name!r} must be a plain directory name, without / or ..")
     if auto_resume and (run_name is None or resume is not None):
@@ -89,6 +91,8 @@ def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:
                 raise UsageError(f"{run_dir} already exists; pick another --run-name, or remove it") from None
             attempt += 1
             candidate = run_dir.with_name(f"{run_dir.name}-{attempt}")
+        except OSError as err:  # a read-only or full disk, no permission
+            raise OutputError(f"cannot create {candidate} ({err.strerror or err})") from None
 
 
 def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, patience: int | None) -> None:

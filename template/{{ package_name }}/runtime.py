@@ -102,15 +102,13 @@ class Vote(Protocol):
 class StopSignal:
     """Record SIGINT and SIGTERM instead of dying mid-step, so training can save and exit cleanly.
 
-    Use as a context manager around the training loop. poll() runs once per optimizer step and
-    says whether to stop now; settle() says whether a signal came at all (at the end of an
-    epoch). `signal` is then the signal to stop for. With a `vote`, every process learns of a
-    signal any of them received and all stop at the same step.
+    Use as a context manager around the training loop. poll() runs once per optimizer step and says whether to
+    stop now; settle() says whether a signal came at all (at the end of an epoch). `signal` is then the signal
+    to stop for. With a `vote`, every process learns of a signal any of them received; all stop at one step.
 
-    A scheduler's SIGTERM often arrives twice (SLURM signals every process of a job step and
-    torchrun forwards it again), and so does Ctrl-C under torchrun: repeats never cut the save
-    short. Only a second Ctrl-C, pressed at least ESCALATE_AFTER seconds after the first
-    signal, raises KeyboardInterrupt at once.
+    A scheduler's SIGTERM often arrives twice (SLURM signals every process of a job step and torchrun forwards
+    it again), and so does Ctrl-C under torchrun: repeats never cut the save short. Only a second Ctrl-C,
+    pressed at least ESCALATE_AFTER seconds after the first signal, raises KeyboardInterrupt at once.
     """
 
     ESCALATE_AFTER = 1.0  # seconds: a launcher's duplicate arrives within milliseconds, a person's second press later
@@ -154,10 +152,9 @@ class StopSignal:
 
 
 def print_once(message: str, file: TextIO | None = None) -> None:
-    """print() a line; under torchrun from the first process of each machine only.
+    """print() a line; under torchrun (which sets LOCAL_RANK) from the first process of each machine only.
 
-    For what every process finds alike (a bad flag, missing data, a finished run): each would
-    print the same line. LOCAL_RANK is set by torchrun and unset otherwise.
+    For what every process finds alike (a bad flag, missing data, a finished run): each would print it.
     """
     if os.environ.get("LOCAL_RANK", "0") == "0":
         print(message, file=file or sys.stdout)
@@ -184,37 +181,53 @@ class ArgumentParser(argparse.ArgumentParser):
         explicit: Collection[str],
         may_change: Collection[str],
         ignore: Collection[str],
+        meaning: Callable[[str, Any, argparse.Namespace], Any] | None = None,
     ) -> None:
         """Give `args` the flags a run was started with, from `saved` (its args as JSON), in place.
 
-        Flags in `ignore` keep this invocation's value. Flags in `may_change` take the saved
-        value unless given in `explicit`. Every other flag takes the saved value, and raises
-        UsageError, naming the flag and both values, when given with another one. A flag the
-        saved run did not have keeps its value here.
+        Flags in `ignore` keep this invocation's value; flags in `may_change` take the saved one
+        unless given in `explicit`. Every other flag takes the saved value, and raises UsageError
+        when given with one that means something else: both parsed alike (types, nargs, paths
+        resolved), then through `meaning(name, value, args)` (--weights DEFAULT: the weights it names).
         """
         for action in self._actions:
             name = action.dest
             if name not in saved or name in ignore or not action.option_strings:
                 continue
-            value = saved[name]
-            if isinstance(value, list):
-                value = tuple(value)  # JSON turned tuples (--widths) into lists
-            elif value is not None and action.type is Path:
-                value = Path(value)
-            if name not in explicit:
-                setattr(args, name, value)
-            elif name not in may_change and getattr(args, name) != value:
+            value, given = _parsed(action, saved[name]), getattr(args, name)
+            if name in explicit and name in may_change:
+                continue
+            if name in explicit and _meant(name, given, args, meaning) != _meant(name, value, args, meaning):
                 flag = action.option_strings[-1]
                 raise UsageError(
-                    f"{flag} {_show(getattr(args, name))} differs from the run's {_show(value)}: a resumed run keeps "
-                    f"the flags it was started with; leave out {flag}, or start a new run"
+                    f"{flag} {_show(given)} differs from the run's {_show(value)}: a resumed run keeps the flags it "
+                    f"was started with; leave out {flag}, or start a new run"
                 )
+            setattr(args, name, value)  # the run's own spelling of it
+
+
+def _parsed(action: argparse.Action, value: Any) -> Any:
+    """A value from args.json as the command line gives it: the same type, a list for nargs, a tuple for --widths."""
+    if value is None or not callable(action.type):
+        return tuple(value) if isinstance(value, list) and action.nargs is None else value
+    try:
+        if isinstance(value, list) and action.nargs is None:  # one argument of several values: 16,32,64
+            return action.type(",".join(map(str, value)))
+        return [action.type(str(item)) for item in value] if isinstance(value, list) else action.type(str(value))
+    except (argparse.ArgumentTypeError, TypeError, ValueError):  # a value an older version allowed
+        return value
+
+
+def _meant(name: str, value: Any, args: argparse.Namespace, meaning: Callable | None) -> Any:
+    """What a parsed value stands for: paths resolved, then the caller's `meaning`."""
+    value = value.expanduser().resolve() if isinstance(value, Path) else value
+    return meaning(name, value, args) if meaning is not None else value
 
 
 def _show(value: Any) -> str:
-    """A flag value as it is typed on the command line."""
-    if isinstance(value, tuple):
-        return ",".join(map(str, value))
+    """A flag value as it is typed on the command line: 16,32,64 for --widths, 0.5 1.0 for two values."""
+    if isinstance(value, (tuple, list)):
+        return ("," if isinstance(value, tuple) else " ").join(map(str, value))
     return "(not set)" if value is None else str(value)
 
 

@@ -51,16 +51,43 @@ class RunLogger:
     """Writes what a run reports, on the main process only."""
 
     def __init__(
-        self, run_dir: Path, main_process: bool, progress: str = "auto", world_size: int = 1, accum_steps: int = 1
+        self,
+        run_dir: Path,
+        main_process: bool,
+        progress: str = "auto",
+        world_size: int = 1,
+        accum_steps: int = 1,
+        resumed_step: int | None = None,
     ) -> None:
+        """`resumed_step`: the global step a resumed run continues from; what was logged after it is dropped."""
         self.main_process = main_process
         self.world_size = world_size
         self.accum_steps = accum_steps
-        if main_process:
-            run_dir.mkdir(parents=True, exist_ok=True)
         self.show_bar = main_process and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
-        self.writer = SummaryWriter(str(run_dir)) if main_process else None
         self.run_dir = run_dir
+        self.writer = None
+        if not main_process:
+            return
+        if resumed_step is not None:
+            self._drop_rows_after(resumed_step)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            # purge_step: TensorBoard hides the older files' events from this step on, the ones trained again.
+            purge = None if resumed_step is None else resumed_step + 1
+            self.writer = SummaryWriter(str(run_dir), purge_step=purge)
+        except OSError as err:
+            raise self._tensorboard_error(err) from None
+
+    def _drop_rows_after(self, step: int) -> None:
+        """Rewrite metrics.jsonl without the rows logged after `step`: a crash's, which the resumed run logs again."""
+        path = self.run_dir / "metrics.jsonl"
+        if not path.is_file():
+            return
+        lines = path.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if json.loads(line)["step"] <= step]
+        if len(kept) < len(lines):
+            write_atomic(path, lambda tmp: tmp.write_text("".join(kept)))
+            self.print(f"dropped {len(lines) - len(kept)} rows logged after step {step} from {path}")
 
     def record_start(self, args: Any, run_dir: Path, model: nn.Module, device: torch.device, step: int) -> None:
         """Print and save the arguments and the environment; print the model's size and summary."""
