@@ -32,7 +32,7 @@ class SlowCollate:
 
 @pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
 def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_args, prefetch):
-    """Each log line's efficiency is within 0.05 of compute / wall time, both timed here with hooks.
+    """Each log line's efficiency matches compute / wall time, both timed here with hooks (bounds below).
 
     Compute runs from the model's forward pre-hook to the optimizer's step post-hook. A window
     runs from the end of the previous log line (or the call) to the end of its last step.
@@ -66,7 +66,14 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
         compute = sum(end - start for start, end in zip(starts[steps], ends[steps], strict=True))
         measured = compute / (ends[steps][-1] - logged[k])
         reported = record["compute_efficiency"]
-        assert abs(reported - measured) <= 0.05, f"window {k}: reported {reported:.3f}, measured {measured:.3f}"
+        message = f"window {k}: reported {reported:.3f}, measured {measured:.3f}"
+        # The loop's compute spans hold the hooks' and its data spans lie inside the window, so its
+        # figure can only come out higher: a lower one means compute time went missing.
+        assert reported >= measured - 0.01, message
+        # Higher by what delays the loop outside the hooks (scheduler step, the loss read, a busy
+        # machine's preemption there): about 0.01 on a quiet machine, 0.05 seen on a busy one, so
+        # the bound is wide; data waits counted as compute are caught by the data_ms check below.
+        assert reported <= measured + 0.2, message
     if not prefetch:  # every batch was waited for in full: the data time holds at least the sleep
         assert all(record["data_ms"] >= 1000 * DATA_DELAY for record in train)
 

@@ -2,9 +2,10 @@
 
 read_image() is the one way every script opens an image file: it decodes the whole file at
 once (a truncated one fails here, not halfway through a transform), turns it upright as its
-EXIF orientation says, and converts it to RGB or grayscale (16-bit images scaled to 8 bits,
-transparent pixels laid on white). A file it cannot decode raises UnreadableImageError: one line
-with the path and the reason. SkipsUnreadable is how a dataset of files survives such files.
+EXIF orientation says, and converts it to RGB or grayscale (16-bit and float images scaled to
+8 bits as to_8_bits() says, transparent pixels laid on white). A file it cannot decode raises
+UnreadableImageError: one line with the path and the reason. SkipsUnreadable is how a dataset
+of files survives such files.
 """
 
 import sys
@@ -52,14 +53,30 @@ def read_image(path: str, channels: int = 3) -> Image.Image:
 def convert(image: Image.Image, mode: str) -> Image.Image:
     """`image` in `mode` ("RGB" or "L"): 16- and 32-bit values scaled to 8 bits, alpha composited on white."""
     if image.mode.startswith("I") or image.mode == "F":  # PIL's own conversion would clip these at 255
-        values = np.asarray(image, dtype=np.float64)
-        if image.mode.startswith("I;16") or values.max() > 255:
-            values = values / 257  # 65535 -> 255
-        image = Image.fromarray(values.clip(0, 255).round().astype(np.uint8))
+        image = Image.fromarray(to_8_bits(np.asarray(image, dtype=np.float64), floats=image.mode == "F"))
     if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info:
         rgba = image.convert("RGBA")
         image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
     return image.convert(mode)  # CMYK, palette, YCbCr, 1-bit, ...: PIL's conversions
+
+
+def to_8_bits(values: np.ndarray, *, floats: bool) -> np.ndarray:
+    """Pixel values of an integer (mode I, I;16) or float (mode F) image as uint8, scaled to what they hold.
+
+    Floats in [0, 1] are multiplied by 255. Integers in 0..65535 are divided by the largest value
+    of the smallest bit depth that holds their maximum, 8, 10, 12, 14 or 16 bits: a 12-bit
+    camera's 4095 stored in a 16-bit PNG becomes 255, a 16-bit file's 65535 too. The file does not
+    say which depth its sensor had, so a true 16-bit image that is very dark (nothing above 4095)
+    comes out brighter than it was. Anything else (floats beyond [0, 1], integers below 0 or above
+    65535) is stretched from its own minimum..maximum to 0..255; a constant image of such values is black.
+    """
+    low, high = float(values.min()), float(values.max())
+    if floats and low >= 0 and high <= 1:
+        return (values * 255).round().astype(np.uint8)
+    if not floats and low >= 0 and high <= 65535:
+        largest = next(2**bits - 1 for bits in (8, 10, 12, 14, 16) if high < 2**bits)
+        return (values * (255 / largest)).round().astype(np.uint8)
+    return ((values - low) * (255 / ((high - low) or 1))).round().astype(np.uint8)
 
 
 class SkipsUnreadable:
