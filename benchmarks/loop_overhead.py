@@ -63,7 +63,7 @@ printed, dropped and run again.
 --task restoration renders the template with task=restoration and measures that project's loop the
 same way: the default Restorer (a U-Net that returns its loss when given the clean images) on the
 built-in shapes with Gaussian noise, as (degraded, clean) batches. Its bare loop's step is
-zero_grad, loss = model(degraded, clean), backward, step; its bare evaluation sums the pixel (L1)
+zero_grad, loss = model(degraded, clean).mean(), backward, step; its bare evaluation sums the pixel (L1)
 loss and PSNR and SSIM of the restored and of the degraded images, with the project's own ops
 functions, as validate() does. The near-zero model is a 4-channel, one-level U-Net on 8x8 patches.
 """
@@ -224,8 +224,8 @@ def run_bare(session: Any, memory_format: torch.memory_format, task: str) -> flo
         images = images.to(device, non_blocking=True, memory_format=memory_format)
         targets = targets.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
-        # Restoration: targets are the clean images, and the model returns its loss when given them.
-        loss = model(images, targets) if task == "restoration" else criterion(model(images), targets)
+        # Restoration: targets are the clean images, and the model returns its loss (per image) when given them.
+        loss = model(images, targets).mean() if task == "restoration" else criterion(model(images), targets)
         loss.backward()
         optimizer.step()
     synchronize(device)
@@ -243,7 +243,7 @@ def lightning_runner(pl: ModuleType, session: Any, args: argparse.Namespace, roo
         def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
             images, targets = batch
             if task == "restoration":  # targets are the clean images: the model returns its loss
-                loss = self.model(images, targets)
+                loss = self.model(images, targets).mean()
             else:
                 loss = session.model.loss(self.model(images), targets)
             self.log("loss", loss, prog_bar=True)
