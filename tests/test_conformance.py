@@ -78,7 +78,11 @@ PLANTS = [
     ("test.py", "\nfrom shape_classifier.networks import ResNetClassifier\n", "scripts-import-only-the-model-file"),
     ("train.py", "\ntorch.manual_seed(1)\n", "no-import-time-work"),
     ("shape_classifier/layers.py", "\n\ndef to_gpu(x):\n    return x.cuda()\n", "no-cuda-call"),
-    ("shape_classifier/checkpoint.py", "\n\ndef peek(path):\n    return torch.load(path)\n", "torch-load-weights-only"),
+    (
+        "shape_classifier/harness/checkpoint.py",
+        "\n\ndef peek(path):\n    return torch.load(path)\n",
+        "torch-load-weights-only",
+    ),
     ("shape_classifier/ops.py", "\nfrom .layers import ConvBlock\n", "imports-point-one-way"),
 ]
 

@@ -51,7 +51,13 @@ def test_layout(project):
         assert (project / name).is_file()
     assert (project / "LICENSE").exists() == (answers["license"] != "none")
     multi_gpu = answers["multi_gpu"]
-    assert (package / "distributed.py").exists() == (multi_gpu == "ddp")
+    assert (package / "harness" / "distributed.py").exists() == (multi_gpu == "ddp")
+    # The researcher's room at the top (the style guide's files, the data, the task: at most 12
+    # modules), and what trains, checkpoints and scales the model in harness/.
+    room = sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__")
+    assert len(room) <= 12, room
+    harness = {p.stem for p in (package / "harness").glob("*.py")}
+    assert {"checkpoint", "runs", "runtime", "tracking", "loaders", "samplers", "images", "downloads"} <= harness
     assert (project / "slurm.sbatch").exists() == (multi_gpu == "ddp")
     train = (project / "train.py").read_text()
     assert ("DataParallel(" in train) == (multi_gpu == "dataparallel")

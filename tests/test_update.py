@@ -202,10 +202,9 @@ def history(tmp_path_factory) -> Path:
     (tpl / "scripts").mkdir()
     evaluate = "scripts/" + CLASSIFICATION.format("evaluate.py") + ".jinja"
     git(tpl, "mv", CLASSIFICATION.format("test.py") + ".jinja", evaluate)
-    existing = re.search(r"^_migrations:", (src / "copier.yml").read_text(), re.MULTILINE)
-    assert existing is None, "copier.yml has _migrations now: add MIGRATIONS' entries to that list"
-    with (src / "copier.yml").open("a") as f:
-        f.write(MIGRATIONS)
+    config = (src / "copier.yml").read_text()  # 2.0.0's entries join the list the template already has
+    assert config.count("\n_migrations:\n") == 1
+    (src / "copier.yml").write_text(config.replace("\n_migrations:\n", MIGRATIONS.rstrip("\n") + "\n", 1))
     commit_all(src, "2.0.0")
     git(src, "tag", "2.0.0")
 
@@ -468,7 +467,7 @@ def test_changing_an_answer_rerenders_and_keeps_user_edits(history, tmp_path, ol
     user_edits(expected)
     (expected / "notes.md").write_text(notes)
     assert_same_tree(project, expected)
-    assert (project / "shape_classifier" / "distributed.py").exists() == (new == "ddp")
+    assert (project / "shape_classifier" / "harness" / "distributed.py").exists() == (new == "ddp")
     assert f"multi_gpu: {new}" in (project / ".copier-answers.yml").read_text()
     assert not unmerged(project)
 
@@ -674,3 +673,62 @@ def test_move_path_stages_the_move_in_git(tmp_path):
     assert sorted(status) == ["R  old/a.py -> new/a.py", "R  old/b.py -> new/b.py"]  # run.log moved, not staged
     assert (tmp_path / "new" / "run.log").is_file() and not (tmp_path / "old").exists()
     assert filecmp.cmp(tmp_path / "new" / "a.py", tmp_path / "new" / "a.py")
+
+
+# ---------------------------------------------------------------------------------------------
+# The real 0.2.0 migration: the harness moves into <package>/harness/, from the last layout before.
+
+BEFORE_HARNESS = "cce1636a848501d8ce85f7843e9b27623d2c49ab"  # main's last commit with the flat package
+
+
+def test_the_harness_move_keeps_the_users_edits_to_room_and_harness(tmp_path, capfd):
+    """A project rendered before 0.2.0, with edits to a room file, to harness files and to a harness test, updates
+    with --trust: each moved file arrives at its new path with the user's edit, and the old paths are gone."""
+    if git(REPO, "cat-file", "-e", f"{BEFORE_HARNESS}^{{commit}}", check=False).returncode:
+        pytest.skip(f"this clone lacks commit {BEFORE_HARNESS} (a shallow clone)")
+    src = tmp_path / "template-repo"
+    src.mkdir()
+    archive = subprocess.run(["git", "archive", BEFORE_HARNESS, "copier.yml", "template", "hooks"], cwd=REPO,
+                             capture_output=True, check=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    git(src, "init", "-q", "-b", "main")
+    commit_all(src, "0.1.0")
+    git(src, "tag", "0.1.0")
+    for name in ("template", "hooks"):
+        shutil.rmtree(src / name)
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.py[co]"))
+    shutil.copy2(REPO / "copier.yml", src / "copier.yml")
+    commit_all(src, "0.2.0")
+    git(src, "tag", "0.2.0")
+
+    project = copy_project(tmp_path / "project", src, "0.1.0")
+    edits = {"shape_classifier/networks.py": "# my network notes\n", "shape_classifier/checkpoint.py": "# my save\n",
+             "shape_classifier/distributed.py": "# my ranks\n", "tests/test_runs.py": "# my run test\n"}  # fmt: skip
+    for name, line in edits.items():
+        with (project / name).open("a") as f:
+            f.write(line)
+    commit_all(project, "My changes")
+    capfd.readouterr()
+    update(project, "0.2.0", unsafe=True)
+    out = capfd.readouterr().out
+    assert "move_path: moved shape_classifier/checkpoint.py -> shape_classifier/harness/checkpoint.py" in out
+    moved = {"shape_classifier/checkpoint.py": "shape_classifier/harness/checkpoint.py",
+             "shape_classifier/distributed.py": "shape_classifier/harness/distributed.py"}  # fmt: skip
+    # The room file and the test merged as any edit does (the test's imports changed, the user's line stays).
+    # An edited file that moved has no common base at its new path (hooks/README.md): it is there, unmerged,
+    # with the user's version as "ours"; the unedited files that moved are exactly 0.2.0's.
+    for name in ("shape_classifier/networks.py", "tests/test_runs.py"):
+        assert (project / name).read_text().endswith(edits[name]), name
+    assert unmerged(project) == set(moved.values())
+    for old, new in moved.items():
+        assert not (project / old).exists(), old
+        assert git(project, "show", f":2:{new}").stdout.endswith(edits[old]), new  # the user's edit, at the new path
+        git(project, "checkout", "--ours", "--", new)  # resolved as hooks/README.md says: keep ours
+    for name in ("runtime", "tracking", "loaders", "samplers", "images", "downloads", "optim", "runs"):
+        assert not (project / "shape_classifier" / f"{name}.py").exists()
+        assert (project / "shape_classifier" / "harness" / f"{name}.py").is_file()
+    fresh = render(tmp_path / "fresh", src=src, vcs_ref="0.2.0")
+    for name, line in edits.items():  # the project is 0.2.0's with the user's four lines added
+        target = project / moved.get(name, name)
+        target.write_text(target.read_text().removesuffix(line))
+    assert_same_tree(project, fresh)

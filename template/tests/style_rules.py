@@ -25,12 +25,10 @@ from style_ast import (
 )
 
 MODEL_PARTS = ("layers", "networks", "losses", "ops")
-# What the scripts may import besides the model file: the dataset module and the infrastructure
-# they share. Add your own infrastructure module here; never a model part.
-INFRASTRUCTURE = (
-    "data", "images", "transforms", "figures", "pretrained", "checkpoint", "runs", "runtime", "optim",
-    "evaluation", "tracking", "distributed", "task", "loaders", "degradations", "downloads",
-)  # fmt: skip
+# What the scripts may import besides the model file: the dataset module, the task's own code, and
+# the harness subpackage. Add your own such module here; never a model part.
+INFRASTRUCTURE = ("data", "transforms", "figures", "pretrained", "evaluation", "task", "degradations", "harness")
+HARNESS = "harness"  # the subpackage that trains, checkpoints and scales the model: it imports nothing above it
 # Imports point one way: ops -> layers -> networks -> the model file; losses -> the model file.
 MAY_IMPORT = {"ops": (), "layers": ("ops",), "networks": ("layers", "ops"), "losses": ("layers", "networks", "ops")}
 # Calls that only build a constant, allowed at the top level of a script.
@@ -110,6 +108,18 @@ def imports_point_one_way(p: Project) -> Iterator[Found]:
             for name in names:
                 if name.split(".")[0] in scripts:
                     yield src.path, node.lineno, f"imports the script {name}.py; move shared code into the package"
+
+
+@rule("harness-imports-only-the-harness")
+def harness_imports_only_the_harness(p: Project) -> Iterator[Found]:
+    """The harness serves the project's own code and never reaches into it: its imports stay inside it."""
+    for src in p.package_files():
+        if src.module.split(".")[0] != HARNESS:
+            continue
+        for module, line in p.imports(src):
+            if module.split(".")[0] != HARNESS:
+                what = f"{p.package}.{module}" if module else p.package
+                yield src.path, line, f"{src.module} imports {what}: the harness imports only itself"
 
 
 @rule("module-defines-forward")
