@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import copy
 import math
 import os
 import platform
@@ -12,37 +13,29 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any, NoReturn, Protocol, TextIO
+from typing import Any, NoReturn, TextIO
 
 import numpy as np
 import torch
 
 from . import UsageError
 
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
 
 def resolve_device(name: str) -> torch.device:
     """Turn --device auto|cpu|cuda|cuda:N|mps into a device that exists here, or raise UsageError."""
+    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        name = "cuda" if available["cuda"] else "mps" if available["mps"] else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError:
         raise UsageError(f"--device {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise UsageError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible")
-    elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise UsageError(f"--device {name}: MPS is not available on this machine; use --device cpu")
-    elif device.type not in ("cpu", "cuda", "mps"):
+    if device.type not in available:
         raise UsageError(f"--device {name!r} is not supported; use auto, cpu, cuda, cuda:N or mps")
+    if not available[device.type]:
+        raise UsageError(f"--device {name}: {device.type.upper()} is not available on this machine; use --device cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible")
     return device
 
 
@@ -69,34 +62,21 @@ def autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManage
         return contextlib.nullcontext()
     if amp == "fp16" and device.type == "cpu":
         raise UsageError("--amp fp16 needs a GPU; on CPU use --amp bf16 or --amp none")
-    return torch.autocast(device.type, dtype=AMP_DTYPES[amp])
+    return torch.autocast(device.type, dtype=torch.float16 if amp == "fp16" else torch.bfloat16)
 
 
 def environment(device: torch.device) -> dict[str, Any]:
     """Versions and hardware, printed at start and saved with the run."""
-    info: dict[str, Any] = {
+    cuda = device.type == "cuda"
+    return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if cuda else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
     }
-    if device.type == "cuda":
-        info["device_name"] = torch.cuda.get_device_name(device)
-    else:
-        info["device_name"] = platform.processor() or platform.machine()
-    return info
-
-
-class Vote(Protocol):
-    """Shares stop requests among processes (distributed.StopVote); see StopSignal."""
-
-    def vote(self, request: int) -> int:
-        """Called once per step by every process: the agreed request, 0 to go on."""
-
-    def settle(self, request: int) -> int:
-        """The request agreed by all processes now (blocking)."""
 
 
 class StopSignal:
@@ -104,7 +84,8 @@ class StopSignal:
 
     Use as a context manager around the training loop. poll() runs once per optimizer step and says whether to
     stop now; settle() says whether a signal came at all (at the end of an epoch). `signal` is then the signal
-    to stop for. With a `vote`, every process learns of a signal any of them received; all stop at one step.
+    to stop for. With a `vote` (distributed.StopVote: `vote(request, wait)`), every process learns of a signal
+    any of them received, and all stop at the same step.
 
     A scheduler's SIGTERM often arrives twice (SLURM signals every process of a job step and torchrun forwards
     it again), and so does Ctrl-C under torchrun: repeats never cut the save short. Only a second Ctrl-C,
@@ -113,7 +94,7 @@ class StopSignal:
 
     ESCALATE_AFTER = 1.0  # seconds: a launcher's duplicate arrives within milliseconds, a person's second press later
 
-    def __init__(self, vote: Vote | None = None) -> None:
+    def __init__(self, vote: Callable[[int, bool], int] | None = None) -> None:
         self.received: int | None = None  # the first signal this process received
         self.signal: int | None = None  # the signal all processes stop for, once poll() or settle() agreed on one
         self.vote = vote
@@ -136,19 +117,15 @@ class StopSignal:
         elif signum == signal.SIGINT and time.monotonic() - self._first_at >= self.ESCALATE_AFTER:
             raise KeyboardInterrupt
 
-    def poll(self) -> bool:
+    def poll(self, wait: bool = False) -> bool:
         """True when the run should stop after this step (called once per step, by every process)."""
-        request = self.received or 0
-        agreed = self.vote.vote(request) if self.vote is not None else request
-        self.signal = agreed or None
+        request = self.received or 0  # a signal number, 0 for none
+        self.signal = (self.vote(request, wait) if self.vote is not None else request) or None
         return self.signal is not None
 
     def settle(self) -> bool:
         """True when any process has received a signal (blocks until all processes have said)."""
-        request = self.received or 0
-        agreed = self.vote.settle(request) if self.vote is not None else request
-        self.signal = agreed or None
-        return self.signal is not None
+        return self.poll(wait=True)
 
 
 def print_once(message: str, file: TextIO | None = None) -> None:
@@ -161,71 +138,70 @@ def print_once(message: str, file: TextIO | None = None) -> None:
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line instead of the whole usage text."""
+    """argparse that reports a bad flag in one line, and gives a resumed run the flags it was started with."""
 
     def error(self, message: str) -> NoReturn:
         """Print `prog: error: message` and exit 2."""
         print_once(f"{self.prog}: error: {message} (see --help)", sys.stderr)
         self.exit(2)
 
-    def explicit(self, argv: list[str] | None, args: argparse.Namespace) -> set[str]:
-        """The flags (by dest) given in argv, as opposed to left at their defaults; args: parse_args(argv)."""
-        unset = object()  # argparse fills in defaults only for names the namespace does not have yet
-        probe = self.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(vars(args), unset)))
-        return {name for name, value in vars(probe).items() if value is not unset}
+    def given(self, argv: list[str] | None) -> set[str]:
+        """The flags (by dest) that argv gives, as opposed to leaves at their defaults."""
+        probe = copy.deepcopy(self)
+        for action in probe._actions:
+            action.default = argparse.SUPPRESS  # argparse leaves out what argv does not give
+        return set(vars(probe.parse_args(argv)))
 
     def restore(
         self,
         args: argparse.Namespace,
         saved: dict[str, Any],
-        explicit: Collection[str],
+        given: Collection[str],
         may_change: Collection[str],
-        ignore: Collection[str],
+        keep: Collection[str],
         meaning: Callable[[str, Any, argparse.Namespace], Any] | None = None,
     ) -> None:
-        """Give `args` the flags a run was started with, from `saved` (its args as JSON), in place.
+        """Give `args` (this invocation's) the flags of the run it resumes, `saved` (its args as JSON), in place.
 
-        Flags in `ignore` keep this invocation's value; flags in `may_change` take the saved one
-        unless given in `explicit`. Every other flag takes the saved value, and raises UsageError
-        when given with one that means something else: both parsed alike (types, nargs, paths
-        resolved), then through `meaning(name, value, args)` (--weights DEFAULT: the weights it names).
+        Flags in `keep` stay this invocation's; those in `may_change` take the saved value unless `given`. Any
+        other flag takes the saved value, and raises UsageError when given with one that means something else:
+        both parsed alike (types, nargs, paths resolved), then through `meaning(name, value, args)`.
         """
         for action in self._actions:
             name = action.dest
-            if name not in saved or name in ignore or not action.option_strings:
+            if name not in saved or name in keep or (name in given and name in may_change):
                 continue
-            value, given = _parsed(action, saved[name]), getattr(args, name)
-            if name in explicit and name in may_change:
-                continue
-            if name in explicit and _meant(name, given, args, meaning) != _meant(name, value, args, meaning):
+            value = _parsed(action, saved[name])
+            if name in given and _meant(name, getattr(args, name), args, meaning) != _meant(name, value, args, meaning):
                 flag = action.option_strings[-1]
                 raise UsageError(
-                    f"{flag} {_show(given)} differs from the run's {_show(value)}: a resumed run keeps the flags it "
-                    f"was started with; leave out {flag}, or start a new run"
+                    f"{flag} {_show(getattr(args, name))} differs from the run's {_show(value)}: a resumed run keeps "
+                    f"the flags it was started with; leave out {flag}, or start a new run"
                 )
             setattr(args, name, value)  # the run's own spelling of it
 
 
 def _parsed(action: argparse.Action, value: Any) -> Any:
-    """A value from args.json as the command line gives it: the same type, a list for nargs, a tuple for --widths."""
-    if value is None or not callable(action.type):
-        return tuple(value) if isinstance(value, list) and action.nargs is None else value
+    """A value from JSON as the command line gives it: the flag's type, a list for nargs, a tuple for --widths."""
+    if value is None or action.type is None:
+        return value
     try:
-        if isinstance(value, list) and action.nargs is None:  # one argument of several values: 16,32,64
+        if not isinstance(value, list):
+            return action.type(str(value))
+        if action.nargs is None:  # one argument of several values: 16,32,64
             return action.type(",".join(map(str, value)))
-        return [action.type(str(item)) for item in value] if isinstance(value, list) else action.type(str(value))
+        return [action.type(str(item)) for item in value]
     except (argparse.ArgumentTypeError, TypeError, ValueError):  # a value an older version allowed
         return value
 
 
 def _meant(name: str, value: Any, args: argparse.Namespace, meaning: Callable | None) -> Any:
-    """What a parsed value stands for: paths resolved, then the caller's `meaning`."""
     value = value.expanduser().resolve() if isinstance(value, Path) else value
     return meaning(name, value, args) if meaning is not None else value
 
 
 def _show(value: Any) -> str:
-    """A flag value as it is typed on the command line: 16,32,64 for --widths, 0.5 1.0 for two values."""
+    """A flag value as it is typed: 16,32,64 for --widths, 0.5 1.0 for two values."""
     if isinstance(value, (tuple, list)):
         return ("," if isinstance(value, tuple) else " ").join(map(str, value))
     return "(not set)" if value is None else str(value)
@@ -235,58 +211,38 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows each flag's default, except where it is None: such flags say in their help what happens."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default is None:
-            return action.help or ""
-        return super()._get_help_string(action)
+        return super()._get_help_string(action) if action.default is not None else action.help or ""
 
 
-def _number(kind: type, text: str) -> Any:
-    value = kind(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
+def in_range(
+    kind: type, low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = False
+) -> Callable[[str], Any]:
+    """An argparse type: `kind` parsed from text, rejected unless finite and in [low, high] (open ends excluded)."""
+    if high == math.inf:
+        bound = f"{'>' if low_open else '>='} {low}"
+    else:
+        bound = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if (value <= low if low_open else value < low) or (value >= high if high_open else value > high):
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names it in "invalid int value"
+    return parse
 
 
 def positive(kind: type) -> Callable[[str], Any]:
     """An argparse type: `kind` parsed from text, rejected unless finite and > 0."""
-
-    def parse(text: str) -> Any:
-        value = _number(kind, text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-
-    parse.__name__ = f"positive {kind.__name__}"  # argparse names it in "invalid ... value"
-    return parse
+    return in_range(kind, 0, low_open=True)
 
 
 def non_negative(kind: type) -> Callable[[str], Any]:
     """An argparse type: `kind` parsed from text, rejected unless finite and >= 0."""
-
-    def parse(text: str) -> Any:
-        value = _number(kind, text)
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-        return value
-
-    parse.__name__ = f"non-negative {kind.__name__}"
-    return parse
-
-
-def in_range(kind: type, low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Callable:
-    """An argparse type: `kind` parsed from text, rejected outside [low, high] ((low or high] when open)."""
-    interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-
-    def parse(text: str) -> Any:
-        value = _number(kind, text)
-        below = value <= low if low_open else value < low
-        above = value >= high if high_open else value > high
-        if below or above:
-            raise argparse.ArgumentTypeError(f"must be in {interval}, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
+    return in_range(kind, 0)
 
 
 def int_list(text: str) -> tuple[int, ...]:
