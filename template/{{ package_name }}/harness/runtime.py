@@ -158,25 +158,25 @@ class ArgumentParser(argparse.ArgumentParser):
         saved: dict[str, Any],
         given: Collection[str],
         may_change: Collection[str],
-        keep: Collection[str],
+        ignore: Collection[str],
         meaning: Callable[[str, Any, argparse.Namespace], Any] | None = None,
     ) -> None:
         """Give `args` (this invocation's) the flags of the run it resumes, `saved` (its args as JSON), in place.
 
-        Flags in `keep` stay this invocation's; those in `may_change` take the saved value unless `given`. Any
-        other flag takes the saved value, and raises UsageError when given with one that means something else:
-        both parsed alike (types, nargs, paths resolved), then through `meaning(name, value, args)`.
+        Flags in `ignore` keep this invocation's value, and those in `may_change` the saved one unless `given`.
+        Any other flag takes the saved value, and raises UsageError when given with one that means something
+        else: both parsed alike (types, nargs, paths resolved), then through `meaning(name, value, args)`.
         """
         for action in self._actions:
             name = action.dest
-            if name not in saved or name in keep or (name in given and name in may_change):
+            if name not in saved or name in ignore or (name in given and name in may_change):
                 continue
-            value = _parsed(action, saved[name])
-            if name in given and _meant(name, getattr(args, name), args, meaning) != _meant(name, value, args, meaning):
+            value, now = _parsed(action, saved[name]), getattr(args, name)
+            if name in given and _meant(name, now, args, meaning) != _meant(name, value, args, meaning):
                 flag = action.option_strings[-1]
                 raise UsageError(
-                    f"{flag} {_show(getattr(args, name))} differs from the run's {_show(value)}: a resumed run keeps "
-                    f"the flags it was started with; leave out {flag}, or start a new run"
+                    f"{flag} {_show(now)} differs from the run's {_show(value)}: a resumed run keeps the flags it "
+                    f"was started with; leave out {flag}, or start a new run"
                 )
             setattr(args, name, value)  # the run's own spelling of it
 
