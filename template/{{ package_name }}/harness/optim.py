@@ -27,14 +27,11 @@ def param_groups(
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
     for param in model.parameters():
         if param.requires_grad:
-            key = (id(param) in backbone_ids, param.ndim >= 2)
-            groups.setdefault(key, []).append(param)
+            groups.setdefault((id(param) in backbone_ids, param.ndim >= 2), []).append(param)
+    rates = {False: lr, True: lr * backbone_lr_scale}  # head, backbone
+    decays = {False: 0.0, True: weight_decay}  # biases and norm weights, the rest
     return [
-        {
-            "params": params,
-            "lr": lr * (backbone_lr_scale if in_backbone else 1.0),
-            "weight_decay": weight_decay if decayed else 0.0,
-        }
+        {"params": params, "lr": rates[in_backbone], "weight_decay": decays[decayed]}
         for (in_backbone, decayed), params in sorted(groups.items())
     ]
 
@@ -79,9 +76,8 @@ def build_scheduler(
     a linear warm-up over the first warmup_epochs (half an epoch if None); plateau is stepped
     once per epoch with the validation score and cuts the rate by gamma after `patience`
     epochs without progress.
-    One LambdaLR rather than torch's LinearLR, CosineAnnealingLR and StepLR in a SequentialLR:
-    those save their curve's length in their state_dict, so a run resumed with a new --epochs
-    would follow the old curve; LambdaLR saves only the step count, and the curve is rebuilt.
+    A LambdaLR, not torch's LinearLR, CosineAnnealingLR and StepLR in a SequentialLR: those save
+    their curve's length, so a run resumed with a new --epochs would keep the old curve.
     """
     if name == "plateau":
         if warmup_epochs:
@@ -109,11 +105,9 @@ class EMA(AveragedModel):
     torch's AveragedModel with its EMA rule, as torchvision's references use it: update() after
     every `every`-th optimizer step sets ema = decay * ema + (1 - decay) * weights for every
     parameter and buffer (batch-norm statistics too); the first update copies the weights, so the
-    average never holds the random init. `module` is the averaged copy (in eval mode, no
-    gradients) and `n_averaged` counts the updates; a checkpoint keeps both. Frozen parameters
-    are averaged with themselves, which leaves them exactly as they were copied.
-    The count lives on the CPU, so on a GPU an update waits once for the device (AveragedModel
-    copies the count there): --ema-every K makes that once every K steps.
+    average never holds the random init, and frozen parameters stay as copied. `module` is the
+    averaged copy (eval mode, no gradients), `n_averaged` the number of updates (on the CPU:
+    AveragedModel copies it to the device, one wait per update; --ema-every K waits every K steps).
     """
 
     def __init__(self, model: nn.Module, decay: float, every: int = 1) -> None:
