@@ -77,7 +77,7 @@ def training_state(
         "classes": classes,
         "preprocessing": preprocessing,
         "ema": ema.module.state_dict() if ema is not None else None,
-        "ema_updates": ema.updates if ema is not None else 0,
+        "ema_updates": ema.n_averaged.item() if ema is not None else 0,
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "scaler": scaler.state_dict(),
@@ -199,7 +199,7 @@ def restore(
     unwrap(model).load_state_dict(state["model"])
     if ema is not None:
         ema.module.load_state_dict(state["ema"])
-        ema.updates = state["ema_updates"]
+        ema.n_averaged.fill_(state["ema_updates"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):  # the rebuilt curve's rate now (a new --epochs

@@ -7,46 +7,28 @@ the loaders through background_batches(), and counts the files skipped with unre
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from prefetch_generator import BackgroundGenerator
-from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from .images import SkipsUnreadable
 from .samplers import Seeded
 
 
-def build_loader(
-    dataset: Dataset,
-    batch_size: int,
-    *,
-    sampler: Sampler | None = None,
-    train: bool = False,
-    num_workers: int = 0,
-    pin_memory: bool = False,
-    collate_fn: Callable | None = None,
-) -> DataLoader:
-    """Wrap a dataset in a DataLoader.
+def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **options: Any) -> DataLoader:
+    """Wrap a dataset in a DataLoader; `options` go to it (sampler, num_workers, pin_memory, collate_fn).
 
     Training drops the last incomplete batch (a batch of one breaks batch norm); evaluation
     keeps every sample that can be read (collate_readable), in order unless a sampler is given.
     The loader's own generator seeds its workers, so creating an iterator draws nothing from
-    torch's global generator.
+    torch's global generator; workers stay alive across epochs instead of being forked again.
     """
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        drop_last=train,
-        num_workers=num_workers,
-        pin_memory=pin_memory,
-        collate_fn=collate_fn or (None if train else collate_readable),
-        generator=torch.Generator().manual_seed(0),
-        # Workers stay alive across epochs instead of being forked again each epoch.
-        persistent_workers=num_workers > 0,
-    )
+    options.setdefault("collate_fn", None if train else collate_readable)
+    options["persistent_workers"] = options.get("num_workers", 0) > 0
+    return DataLoader(dataset, batch_size, drop_last=train, generator=torch.Generator().manual_seed(0), **options)
 
 
 def collate_readable(items: list[tuple[Any, ...] | None]) -> tuple[torch.Tensor, ...] | None:
@@ -59,10 +41,6 @@ def unreadable_flags(loader: DataLoader) -> torch.Tensor:
     """A flag per file of the loader's dataset, set for the files found unreadable so far ((0,) if it has no files)."""
     dataset = loader.dataset.dataset if isinstance(loader.dataset, Seeded) else loader.dataset
     return dataset.unreadable if isinstance(dataset, SkipsUnreadable) else torch.zeros(0, dtype=torch.bool)
-
-
-class _Failure(NamedTuple):
-    error: BaseException
 
 
 def prefetch_depth(requested: int | None, device: torch.device, num_workers: int) -> int:
@@ -83,8 +61,8 @@ def background_batches(loader: DataLoader, depth: int) -> Iterator[Iterator]:
     """Iterate `loader` in a BackgroundGenerator thread that keeps `depth` batches ready.
 
     depth 0 iterates in the caller's thread. On exit, even after a `break` or an exception,
-    the thread is stopped and joined, so no thread or loader iterator is left behind; an
-    error raised while loading is re-raised in the caller instead of hanging it.
+    the thread has ended, so no thread or loader iterator is left behind; an error raised
+    while loading is re-raised in the caller instead of hanging it.
     """
     if depth == 0:
         yield iter(loader)
@@ -97,15 +75,15 @@ def background_batches(loader: DataLoader, depth: int) -> Iterator[Iterator]:
                 if stop.is_set():
                     return
                 yield batch
-        except Exception as err:  # noqa: BLE001 - handed to the consumer, which re-raises it
-            yield _Failure(err)
+        except Exception as err:  # noqa: BLE001 - handed to the consumer, which re-raises it (no batch is one)
+            yield err
 
     thread = BackgroundGenerator(produce(), max_prefetch=depth)
 
     def consume() -> Iterator:
         for item in thread:
-            if isinstance(item, _Failure):
-                raise item.error
+            if isinstance(item, Exception):
+                raise item
             yield item
 
     try:
@@ -115,4 +93,3 @@ def background_batches(loader: DataLoader, depth: int) -> Iterator[Iterator]:
         while thread.is_alive():  # take batches so a pending put returns and the producer sees `stop`
             with contextlib.suppress(queue.Empty):
                 thread.queue.get(timeout=0.05)
-        thread.join()

@@ -1,12 +1,11 @@
 """Optimizer parameter groups, learning-rate schedules, and a moving average of the weights."""
 
-import copy
-import itertools
 import math
 
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from . import UsageError
 
@@ -28,14 +27,11 @@ def param_groups(
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
     for param in model.parameters():
         if param.requires_grad:
-            key = (id(param) in backbone_ids, param.ndim >= 2)
-            groups.setdefault(key, []).append(param)
+            groups.setdefault((id(param) in backbone_ids, param.ndim >= 2), []).append(param)
+    rates = {False: lr, True: lr * backbone_lr_scale}  # head, backbone
+    decays = {False: 0.0, True: weight_decay}  # biases and norm weights, the rest
     return [
-        {
-            "params": params,
-            "lr": lr * (backbone_lr_scale if in_backbone else 1.0),
-            "weight_decay": weight_decay if decayed else 0.0,
-        }
+        {"params": params, "lr": rates[in_backbone], "weight_decay": decays[decayed]}
         for (in_backbone, decayed), params in sorted(groups.items())
     ]
 
@@ -78,8 +74,10 @@ def build_scheduler(
 
     none, step and cosine are stepped once per optimizer step (after optimizer.step()), with
     a linear warm-up over the first warmup_epochs (half an epoch if None); plateau is stepped
-    once per epoch with the validation accuracy and cuts the rate by gamma after `patience`
+    once per epoch with the validation score and cuts the rate by gamma after `patience`
     epochs without progress.
+    A LambdaLR, not torch's LinearLR, CosineAnnealingLR and StepLR in a SequentialLR: those save
+    their curve's length, so a run resumed with a new --epochs would keep the old curve.
     """
     if name == "plateau":
         if warmup_epochs:
@@ -101,41 +99,23 @@ def build_scheduler(
     return LambdaLR(optimizer, factor)
 
 
-class EMA:
+class EMA(AveragedModel):
     """Exponential moving average of a model's weights, for evaluating a smoother model than the last step's.
 
-    update() after every `every`-th optimizer step: ema = decay * ema + (1 - decay) * weights, for
-    every floating-point parameter and buffer (batch-norm statistics too); integer buffers are
-    copied. The first update copies the weights, so the average never holds the random init.
-    Frozen parameters (requires_grad False: a frozen backbone, a perceptual loss's VGG) never
-    change, so after that first copy they are left alone.
-    The counter lives in Python, so an update never waits for the device.
+    torch's AveragedModel with its EMA rule, as torchvision's references use it: update() after
+    every `every`-th optimizer step sets ema = decay * ema + (1 - decay) * weights for every
+    parameter and buffer (batch-norm statistics too); the first update copies the weights, so the
+    average never holds the random init, and frozen parameters stay as copied. `module` is the
+    averaged copy (eval mode, no gradients), `n_averaged` the number of updates (on the CPU:
+    AveragedModel copies it to the device, one wait per update; --ema-every K waits every K steps).
     """
 
     def __init__(self, model: nn.Module, decay: float, every: int = 1) -> None:
-        self.module = copy.deepcopy(model).eval().requires_grad_(False)  # (frozen backbones included)
-        self.decay, self.every = decay, every
-        self.updates = 0
+        super().__init__(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
+        self.module.eval().requires_grad_(False)
+        self.every = every
 
-    @torch.no_grad()
     def update(self, model: nn.Module, step: int) -> None:
         """Average `model` (bare or wrapped: same parameters in the same order) in, if `step` is an update step."""
-        if step % self.every != 0:
-            return
-        pairs = zip(_tensors(self.module), _tensors(model), strict=True)
-        averaged, current = [], []
-        for mine, theirs in pairs:
-            if self.updates == 0 or not mine.is_floating_point():
-                mine.copy_(theirs)
-            elif isinstance(theirs, nn.Parameter) and not theirs.requires_grad:
-                continue  # frozen: equal to the copy made at the first update
-            else:
-                averaged.append(mine)
-                current.append(theirs)
-        if averaged:  # one fused kernel per device and dtype instead of one per tensor
-            torch._foreach_lerp_(averaged, current, 1 - self.decay)
-        self.updates += 1
-
-
-def _tensors(model: nn.Module) -> list[torch.Tensor]:
-    return list(itertools.chain(model.parameters(), model.buffers()))
+        if step % self.every == 0:
+            self.update_parameters(model)

@@ -6,67 +6,40 @@ read; evaluation shards without padding so every sample is counted exactly once.
 """
 
 import contextlib
-import math
+import itertools
 from collections.abc import Iterator
 
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset, DistributedSampler
 
 
-class ShuffleSampler(Sampler[int]):
-    """A new shuffle each epoch, a pure function of (seed, epoch), split across ranks.
+class SeededSampler(DistributedSampler):
+    """DistributedSampler's shuffle, from any point of an epoch, each index with its augmentation seed.
 
-    Every rank gets ceil(N / world_size) indices (the shuffled list is padded by wrapping
-    around), so all ranks run the same number of steps. `set_epoch(epoch, start)` skips the
-    first `start` indices of this rank's share: a run interrupted mid-epoch resumes on
-    exactly the batches it had not seen.
+    A new shuffle each epoch, a pure function of (seed, epoch), split across ranks: every rank
+    gets num_samples = ceil(N / world_size) indices (the shuffled list is padded by wrapping
+    around), so all ranks run the same number of steps. Each index comes as the key (index,
+    sample_seed(seed, epoch, index)) for Seeded: the seed depends on nothing else (not on the
+    worker, the process or what ran before). `set_epoch(epoch, start)` skips the first `start`
+    keys of this rank's share, so a run interrupted mid-epoch resumes on exactly the batches it
+    had not seen, augmented as they would have been.
     """
 
-    def __init__(self, num_samples: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
-        self.num_samples = num_samples
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.per_rank = math.ceil(num_samples / world_size)
-        self.epoch = 0
+    def __init__(self, size: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
+        super().__init__(range(size), world_size, rank, shuffle=True, seed=seed)  # it needs only the length
         self.start = 0
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         """Choose the epoch's permutation, and how many of this rank's indices to skip."""
-        self.epoch = epoch
+        super().set_epoch(epoch)
         self.start = start
 
-    def __iter__(self) -> Iterator[int]:
-        gen = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(self.num_samples, generator=gen)
-        total = self.per_rank * self.world_size  # pad by wrapping around, as often as needed
-        order = order.repeat(math.ceil(total / self.num_samples))[:total]
-        return iter(order[self.rank :: self.world_size][self.start :].tolist())
-
-    def __len__(self) -> int:
-        return max(0, self.per_rank - self.start)
-
-
-class SeededSampler(Sampler[tuple[int, int]]):
-    """The indices of a ShuffleSampler, each with its augmentation seed: (index, sample_seed(seed, epoch, index)).
-
-    The seed depends on nothing else (not on the worker, the process or what ran before), so a
-    sample is augmented the same way in a run left alone and in one resumed mid-epoch.
-    """
-
-    def __init__(self, sampler: ShuffleSampler) -> None:
-        self.sampler = sampler
-
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        """ShuffleSampler.set_epoch()."""
-        self.sampler.set_epoch(epoch, start)
-
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        seed, epoch = self.sampler.seed, self.sampler.epoch
-        return ((index, sample_seed(seed, epoch, index)) for index in self.sampler)
+        indices = itertools.islice(super().__iter__(), self.start, None)
+        return ((index, sample_seed(self.seed, self.epoch, index)) for index in indices)
 
     def __len__(self) -> int:
-        return len(self.sampler)
+        return max(0, self.num_samples - self.start)
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:
@@ -77,21 +50,13 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return (x ^ (x >> 31)) >> 1
 
 
-class ShardSampler(Sampler[int]):
-    """Indices rank, rank + world_size, ... without padding: evaluation sees every sample once.
+def shard_indices(size: int, rank: int, world_size: int) -> range:
+    """Indices rank, rank + world_size, ... without padding, a DataLoader's sampler: evaluation sees every sample once.
 
     Shards differ in length by at most one, so evaluation must not run collectives per batch;
     it sums its results locally and reduces them once at the end.
     """
-
-    def __init__(self, num_samples: int, rank: int, world_size: int) -> None:
-        self.indices = range(rank, num_samples, world_size)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
+    return range(rank, size, world_size)
 
 
 class Seeded(Dataset):
