@@ -7,7 +7,6 @@ URL and where to put the file.
 
 import contextlib
 import os
-import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -15,8 +14,6 @@ from urllib.parse import urlparse
 import torch
 
 from . import UsageError, checkpoint
-
-HASH_IN_NAME = re.compile(r"-([a-f0-9]+)\.")  # torchvision's files: <name>-<first hex digits of sha256>.pth
 
 
 def fetch(url: str) -> dict[str, Any]:
@@ -35,7 +32,7 @@ def cache_path(url: str) -> Path:
 def download(url: str, path: Path) -> None:
     """Download `url` to `path`, its hash checked; UsageError in one line, and no folder left behind, on failure."""
     made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]  # deepest first
-    match = HASH_IN_NAME.search(path.name)
+    match = torch.hub.HASH_REGEX.search(path.name)  # torchvision's names: <name>-<first hex digits of sha256>.pth
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         print(f"downloading {url} to {path}")
@@ -45,5 +42,5 @@ def download(url: str, path: Path) -> None:
         for folder in made:  # the cache folders this attempt made, if they are still empty
             with contextlib.suppress(OSError):
                 folder.rmdir()
-        reason = str(getattr(err, "reason", None) or err).strip().splitlines()[0]
-        raise UsageError(f"cannot download {url} ({reason}); without network, put that file at {path}") from None
+        why = checkpoint.reason(getattr(err, "reason", err))  # URLError's reason: the socket's error
+        raise UsageError(f"cannot download {url} ({why}); without network, put that file at {path}") from None

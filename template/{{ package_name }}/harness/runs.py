@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import UsageError
-from .checkpoint import OutputError, load, resolve
+from .checkpoint import OutputError, load, reason, resolve
 
 
 class RunFinished(Exception):  # noqa: N818 - not an error: the script says so and exits 0
@@ -92,7 +92,7 @@ def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:
             attempt += 1
             candidate = run_dir.with_name(f"{run_dir.name}-{attempt}")
         except OSError as err:  # a read-only or full disk, no permission
-            raise OutputError(f"cannot create {candidate} ({err.strerror or err})") from None
+            raise OutputError(f"cannot create {candidate} ({reason(err)})") from None
 
 
 def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, patience: int | None) -> None:
