@@ -66,7 +66,7 @@ class RunLogger:
         self.accum_steps = accum_steps
         self.show_bar = main_process and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
         self.run_dir = run_dir
-        self.metrics = run_dir / "metrics.jsonl"
+        self.metrics_file = run_dir / "metrics.jsonl"
         self.writer = None
         if not main_process:
             return
@@ -83,15 +83,15 @@ class RunLogger:
 
         Those are a crash's: rows the resumed run logs again, and a last line cut short by a kill mid-write.
         """
-        if not self.metrics.is_file():
+        if not self.metrics_file.is_file():
             return
-        text = self.metrics.read_text()
+        text = self.metrics_file.read_text()
         rows = text.splitlines()
         kept = [row + "\n" for row in rows if _step(row) <= step]
         if "".join(kept) != text:  # rows to drop, or a last row cut short just before its newline
-            write_atomic(self.metrics, lambda tmp: tmp.write_text("".join(kept)))
+            write_atomic(self.metrics_file, lambda tmp: tmp.write_text("".join(kept)))
         if len(kept) < len(rows):
-            self.print(f"dropped {len(rows) - len(kept)} rows logged after step {step} from {self.metrics}")
+            self.print(f"dropped {len(rows) - len(kept)} rows logged after step {step} from {self.metrics_file}")
 
     def record_start(self, args: Any, model: nn.Module, device: torch.device, step: int) -> None:
         """Print and save the arguments and the environment; print the model's size and summary."""
@@ -193,14 +193,14 @@ class RunLogger:
             for name, value in values.items():
                 if isinstance(value, (int, float)):
                     self.writer.add_scalar(f"{split}/{name}", value, step)
-        size = self.metrics.stat().st_size if self.metrics.exists() else 0
+        size = self.metrics_file.stat().st_size if self.metrics_file.exists() else 0
         try:
-            with self.metrics.open("a") as metrics:  # opened per line (every --log-interval steps): nothing buffered
+            with self.metrics_file.open("a") as metrics:  # opened per line (every --log-interval steps): none buffered
                 metrics.write(json.dumps({"split": split, "step": step, "epoch": epoch, **values}) + "\n")
         except OSError as err:
             with contextlib.suppress(OSError):
-                os.truncate(self.metrics, size)
-            raise OutputError(f"cannot write {self.metrics} ({reason(err)})") from None
+                os.truncate(self.metrics_file, size)
+            raise OutputError(f"cannot write {self.metrics_file} ({reason(err)})") from None
 
     def __enter__(self) -> "RunLogger":
         return self
