@@ -19,8 +19,6 @@ from torch import nn
 
 from . import UsageError
 
-REQUIRED_KEYS = ("model", "model_name", "model_config")
-
 
 class OutputError(Exception):
     """A file could not be written (a full disk, a read-only folder): reported in one line, exit 1.
@@ -151,7 +149,7 @@ def load(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]
     """Read a checkpoint written by train.py, tensors only (weights_only=True); UsageError if unusable."""
     path = resolve(path)
     state = read(path, "checkpoint", map_location)
-    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
+    if not isinstance(state, dict) or not {"model", "model_name", "model_config"} <= state.keys():
         raise UsageError(f"{path} is not a checkpoint written by train.py (missing model state or config)")
     return state
 

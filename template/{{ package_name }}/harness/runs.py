@@ -1,8 +1,7 @@
 """Run directories: a fresh run's own folder, the run that --resume continues, and when it is done.
 
-A run writes into one directory, `<output-dir>/<run-name>/`: checkpoints, args.json,
-metrics.jsonl and TensorBoard's events. These functions decide which directory that is, refuse
-what would overwrite another run's files, and say what is left after a failed write.
+A run writes everything (checkpoints, args.json, metrics.jsonl, TensorBoard's events) into one
+directory, `<output-dir>/<run-name>/`, and never into another run's.
 """
 
 import time

@@ -86,8 +86,11 @@ class RunLogger:
         if not self.metrics_file.is_file():
             return
         text = self.metrics_file.read_text()
-        rows = text.splitlines()
-        kept = [row + "\n" for row in rows if _step(row) <= step]
+        rows, kept = text.splitlines(), []
+        for row in rows:
+            with contextlib.suppress(ValueError, KeyError, TypeError):  # a line that is not a whole row is dropped
+                if json.loads(row)["step"] <= step:
+                    kept.append(row + "\n")
         if "".join(kept) != text:  # rows to drop, or a last row cut short just before its newline
             write_atomic(self.metrics_file, lambda tmp: tmp.write_text("".join(kept)))
         if len(kept) < len(rows):
@@ -183,9 +186,8 @@ class RunLogger:
     def write(self, split: str, values: dict[str, Any], step: int, epoch: int) -> None:
         """Add scalars to TensorBoard as <split>/<name> and one JSON line to metrics.jsonl.
 
-        The line is appended (replacing the whole file each time would cost time that grows with the
-        run); when that fails it is cut off again, so metrics.jsonl keeps only whole lines, and
-        OutputError is raised, as for a failed TensorBoard write.
+        Raises OutputError if either cannot be written; metrics.jsonl then keeps only whole lines (it is
+        appended to, not replaced: rewriting it whole every line would take longer the longer the run).
         """
         if not self.main_process:
             return
@@ -225,11 +227,3 @@ class RunLogger:
             yield
         except OSError as err:
             raise OutputError(f"cannot write TensorBoard's events in {self.run_dir} ({reason(err)})") from None
-
-
-def _step(row: str) -> float:
-    """The step a metrics.jsonl row was logged at; infinite for a line that is not a whole row."""
-    try:
-        return json.loads(row)["step"]
-    except (ValueError, KeyError, TypeError):  # JSONDecodeError is a ValueError
-        return math.inf
