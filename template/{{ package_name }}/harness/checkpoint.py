@@ -97,9 +97,9 @@ def training_state(
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """write(tmp), then move tmp onto `path`: `path` is replaced whole or not at all.
 
-    Every file the project writes goes through here. A failed write (a full disk: OSError, or the
-    RuntimeError torch.save raises) removes the partial tmp file and raises OutputError naming
-    `path` and the reason.
+    Every file the project writes whole goes through here (metrics.jsonl is appended to). A failed
+    write (a full disk: OSError, or the RuntimeError torch.save raises) removes the partial tmp
+    file and raises OutputError naming `path` and the reason.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:

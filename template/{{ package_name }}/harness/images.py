@@ -31,7 +31,7 @@ class UnreadableImageError(UsageError):
 
 
 def read_image(path: str, channels: int = 3) -> Image.Image:
-    """The image at `path`, decoded whole, upright, in mode RGB (channels 3) or L (channels 1).
+    """The image at `path`, decoded, upright, in mode RGB (channels 3) or L (channels 1).
 
     The whole file is decoded now (a truncated one fails here, not halfway through a transform)
     and turned as its EXIF orientation says. 16-bit and float images are scaled to 8 bits as
