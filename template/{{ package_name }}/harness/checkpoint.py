@@ -1,5 +1,6 @@
 """Checkpoint files: atomic writes, safe loads, and the random-number state for exact resume."""
 
+import argparse
 import contextlib
 import json
 import math
@@ -8,7 +9,7 @@ import random
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,20 @@ from torch import nn
 
 from . import UsageError
 
-REQUIRED_KEYS = ("model", "model_name", "model_config")
-
 
 class OutputError(Exception):
     """A file could not be written (a full disk, a read-only folder): reported in one line, exit 1.
 
     Raised after the partial file is removed; the file it would have replaced is intact.
     """
+
+
+def reason(err: object) -> str:
+    """Why `err` happened, in one line: an OSError's strerror, else its message's first line, else its type."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 @dataclass
@@ -52,28 +59,28 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 def training_state(
     model: nn.Module,
+    *,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     scaler: torch.amp.GradScaler,
-    run_state: dict[str, Any],
-    args: dict[str, Any],
+    ema: Any,
+    run_state: RunState,
+    args: argparse.Namespace,
     classes: list[str],
-    model_name: str,
-    *,
     preprocessing: dict[str, Any],
-    ema: Any = None,
     rng: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Everything a resumed run needs, as tensors and plain Python (loadable with weights_only=True).
 
-    `preprocessing`: how images were fed to the model (transforms.Preprocessing.to_dict()).
-    `ema`: an optim.EMA, whose weights test.py, predict.py and export.py use by default.
-    `rng`: each process's rng_state(), in rank order (default: this process's alone).
+    `ema`: an optim.EMA (or None), whose weights test.py, predict.py and export.py use by default.
+    `preprocessing`: how images were fed to the model (the task's Preprocessing.to_dict()).
+    `rng`: each process's rng_state(), in rank order; by default this process's alone.
     """
+    bare = unwrap(model)  # no wrapper prefixes in the keys
     return {
-        "model": unwrap(model).state_dict(),  # the bare model: no wrapper prefixes in its keys
-        "model_name": model_name,
-        "model_config": unwrap(model).config.to_dict(),
+        "model": bare.state_dict(),
+        "model_name": type(bare).__name__,
+        "model_config": bare.config.to_dict(),
         "classes": classes,
         "preprocessing": preprocessing,
         "ema": ema.module.state_dict() if ema is not None else None,
@@ -81,17 +88,18 @@ def training_state(
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "scaler": scaler.state_dict(),
-        "run_state": run_state,
+        "run_state": asdict(run_state),
         "rng": rng if rng is not None else [rng_state()],
-        "args": json.loads(json.dumps(args, default=str)),  # Paths become strings
+        "args": json.loads(json.dumps(vars(args), default=str)),  # Paths become strings
     }
 
 
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """write(tmp), then move tmp onto `path`: `path` is replaced whole or not at all.
 
-    A failed write (a full disk: OSError, or the RuntimeError torch.save raises) removes the
-    partial tmp file and raises OutputError naming `path` and the reason.
+    Every file the project writes whole goes through here (metrics.jsonl is appended to). A failed
+    write (a full disk: OSError, or the RuntimeError torch.save raises) removes the partial tmp
+    file and raises OutputError naming `path` and the reason.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -100,21 +108,19 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     except (OSError, RuntimeError) as err:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err).strip().partition("\n")[0]
-        raise OutputError(f"cannot write {path} ({reason})") from None
+        raise OutputError(f"cannot write {path} ({reason(err)})") from None
 
 
 def save(state: dict[str, Any], path: Path) -> None:
-    """Write `state` to `path` atomically: a crash or a full disk mid-write never leaves a truncated file."""
+    """torch.save(state) to `path`, atomically: a crash or a full disk mid-write never leaves a truncated file."""
     write_atomic(path, lambda tmp: torch.save(state, tmp))
 
 
 def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, keep_epochs: int = 0) -> None:
     """Write run_dir/last.pt, and best.pt when `best`, and epoch-<epoch>.pt when keep_epochs > 0.
 
-    Only the keep_epochs newest epoch files are kept. Every file is replaced atomically, and
-    last.pt last: after a failed write last.pt is still the previous epoch's, and --resume
-    trains this epoch again and writes every file.
+    Only the keep_epochs newest epoch files are kept. last.pt is written last: after a failed
+    write it is still the previous epoch's, and --resume trains this epoch again and writes every file.
     """
     paths = [run_dir / "best.pt"] if best else []
     if keep_epochs > 0:
@@ -122,19 +128,12 @@ def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, ke
     paths.append(run_dir / "last.pt")
     save(state, paths[0])
     for path in paths[1:]:
-        _copy(paths[0], path)
+        write_atomic(path, lambda tmp: shutil.copyfile(paths[0], tmp))
     if keep_epochs > 0:
-        # Only the names written here, epoch-<number>.pt: epoch-best.pt or a copy such as epoch-3-backup.pt stays.
-        written = {}
-        for path in run_dir.glob("epoch-*.pt"):
-            if match := re.fullmatch(r"epoch-(\d+)\.pt", path.name):
-                written[int(match[1])] = path
-        for number in sorted(written)[:-keep_epochs]:
-            written[number].unlink()
-
-
-def _copy(src: Path, dst: Path) -> None:
-    write_atomic(dst, lambda tmp: shutil.copyfile(src, tmp))
+        # Only the names written here: epoch-best.pt or a copy such as epoch-3-backup.pt stays.
+        numbered = [(int(m[1]), p) for p in run_dir.iterdir() if (m := re.fullmatch(r"epoch-(\d+)\.pt", p.name))]
+        for _, path in sorted(numbered)[:-keep_epochs]:
+            path.unlink()
 
 
 def resolve(path: Path) -> Path:
@@ -150,7 +149,7 @@ def load(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]
     """Read a checkpoint written by train.py, tensors only (weights_only=True); UsageError if unusable."""
     path = resolve(path)
     state = read(path, "checkpoint", map_location)
-    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
+    if not isinstance(state, dict) or not {"model", "model_name", "model_config"} <= state.keys():
         raise UsageError(f"{path} is not a checkpoint written by train.py (missing model state or config)")
     return state
 
@@ -160,28 +159,25 @@ def read(path: Path, what: str, map_location: torch.device | str = "cpu") -> Any
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # noqa: BLE001 - garbage bytes fail in many ways inside the unpickler
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UsageError(f"{what} {path} is corrupt or not a PyTorch file ({first_line})") from None
+        raise UsageError(f"{what} {path} is corrupt or not a PyTorch file ({reason(err)})") from None
 
 
-def check_compatible(state: dict[str, Any], model_name: str, model_config: dict[str, Any]) -> None:
-    """Raise UsageError unless the checkpoint holds the same model class and config."""
-    if state["model_name"] != model_name:
-        raise UsageError(f"checkpoint holds a {state['model_name']} model, not {model_name}")
-    saved = {key: _tuples(value) for key, value in state["model_config"].items()}
-    wanted = {key: _tuples(value) for key, value in model_config.items()}
+def check_compatible(state: dict[str, Any], model: nn.Module) -> None:
+    """Raise UsageError unless the checkpoint holds the same model class as `model`, with the same config."""
+    if state["model_name"] != type(model).__name__:
+        raise UsageError(f"checkpoint holds a {state['model_name']} model, not {type(model).__name__}")
+    saved, wanted = (  # a tuple that went through JSON is a list: the same value
+        {key: tuple(value) if isinstance(value, list) else value for key, value in config.items()}
+        for config in (state["model_config"], model.config.to_dict())
+    )
     diffs = [f"{key}={saved.get(key)!r} (now {value!r})" for key, value in wanted.items() if saved.get(key) != value]
     if diffs:
         raise UsageError("checkpoint was trained with a different model config: " + ", ".join(diffs))
 
 
-def _tuples(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
 def restore(
     state: dict[str, Any],
-    model_name: str,
+    *,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
@@ -195,7 +191,7 @@ def restore(
     state too, so call it after everything else that draws random numbers (model init) is built. A
     process the saved run did not have (a restart with more of them) keeps the streams it was seeded with.
     """
-    check_compatible(state, model_name, unwrap(model).config.to_dict())
+    check_compatible(state, unwrap(model))
     unwrap(model).load_state_dict(state["model"])
     if ema is not None:
         ema.module.load_state_dict(state["ema"])
@@ -218,28 +214,21 @@ def restore(
     return RunState(**saved)
 
 
-def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
+def rng_state() -> dict[str, Any]:
     """Every random-number state the run uses, as plain Python and tensors (weights_only-safe)."""
-    np_state = np.random.get_state()
-    state: dict[str, Any] = {
+    name, keys, *rest = np.random.get_state()
+    return {
         "python": random.getstate(),
-        "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+        "numpy": [name, keys.tolist(), *rest],  # set_state() takes the list; weights_only loads no arrays
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
-    if generator is not None:
-        state["generator"] = generator.get_state()
-    return state
 
 
-def set_rng_state(state: dict[str, Any], generator: torch.Generator | None = None) -> None:
+def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what rng_state() captured."""
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"].cpu())
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
-    if generator is not None and "generator" in state:
-        generator.set_state(state["generator"].cpu())

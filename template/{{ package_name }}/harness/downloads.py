@@ -2,12 +2,11 @@
 
 The cache is torch.hub.get_dir()/checkpoints/ (under $TORCH_HOME, ~/.cache/torch by default),
 where torchvision itself keeps them. Without network, a missing file is one line that names the
-URL and where to put the file.
+URL and where to put the file (a UsageError), and leaves no empty cache folder behind.
 """
 
 import contextlib
 import os
-import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -16,34 +15,27 @@ import torch
 
 from . import UsageError, checkpoint
 
-HASH_IN_NAME = re.compile(r"-([a-f0-9]+)\.")  # torchvision's files: <name>-<first hex digits of sha256>.pth
-
 
 def fetch(url: str) -> dict[str, Any]:
-    """The contents (a state_dict) of the weights file at `url`, from the cache, downloaded there if missing."""
+    """The weights (a state_dict) at `url`, from the cache, downloaded there (its hash checked) if missing."""
     path = cache_path(url)
     if not path.is_file():
-        download(url, path)
+        made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]  # deepest first
+        match = torch.hub.HASH_REGEX.search(path.name)  # torchvision's names: <name>-<first hex digits of sha256>.pth
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            print(f"downloading {url} to {path}")
+            # A temporary file, renamed once the download is complete and its hash checked.
+            torch.hub.download_url_to_file(url, str(path), hash_prefix=match.group(1) if match else None)
+        except (OSError, RuntimeError) as err:  # URLError is an OSError; a wrong hash a RuntimeError
+            for folder in made:  # the cache folders this attempt made, if they are still empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            why = checkpoint.reason(getattr(err, "reason", err))  # URLError's reason: the socket's error
+            raise UsageError(f"cannot download {url} ({why}); without network, put that file at {path}") from None
     return checkpoint.read(path, "weights file")
 
 
 def cache_path(url: str) -> Path:
     """Where torchvision keeps the weights file of `url`."""
     return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(url).path)
-
-
-def download(url: str, path: Path) -> None:
-    """Download `url` to `path`, its hash checked; UsageError in one line, and no folder left behind, on failure."""
-    made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]  # deepest first
-    match = HASH_IN_NAME.search(path.name)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        print(f"downloading {url} to {path}")
-        # A temporary file, renamed once the download is complete and its hash checked.
-        torch.hub.download_url_to_file(url, str(path), hash_prefix=match.group(1) if match else None)
-    except (OSError, RuntimeError) as err:  # URLError is an OSError; a wrong hash a RuntimeError
-        for folder in made:  # the cache folders this attempt made, if they are still empty
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        reason = str(getattr(err, "reason", None) or err).strip().splitlines()[0]
-        raise UsageError(f"cannot download {url} ({reason}); without network, put that file at {path}") from None

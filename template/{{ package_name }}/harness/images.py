@@ -1,11 +1,7 @@
 """Image files as they come: any mode, EXIF-rotated, and some that cannot be read at all.
 
-read_image() is the one way every script opens an image file: it decodes the whole file at
-once (a truncated one fails here, not halfway through a transform), turns it upright as its
-EXIF orientation says, and converts it to RGB or grayscale (16-bit and float images scaled to
-8 bits as to_8_bits() says, transparent pixels laid on white). A file it cannot decode raises
-UnreadableImageError: one line with the path and the reason. SkipsUnreadable is how a dataset
-of files survives such files.
+read_image() is the one way every script opens an image file; SkipsUnreadable is how a dataset
+of files survives the files it cannot read.
 """
 
 import sys
@@ -18,6 +14,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from torchvision import datasets
 
 from . import UsageError
+from .checkpoint import reason
 
 IMAGE_EXTENSIONS = datasets.folder.IMG_EXTENSIONS
 T = TypeVar("T")
@@ -36,28 +33,26 @@ class UnreadableImageError(UsageError):
 def read_image(path: str, channels: int = 3) -> Image.Image:
     """The image at `path`, decoded, upright, in mode RGB (channels 3) or L (channels 1).
 
-    Raises UnreadableImageError for anything PIL cannot decode: not an image, truncated, corrupt.
+    The whole file is decoded now (a truncated one fails here, not halfway through a transform)
+    and turned as its EXIF orientation says. 16-bit and float images are scaled to 8 bits as
+    to_8_bits() says; transparent pixels are laid on white. Raises UnreadableImageError, one line
+    with the path and the reason, for anything PIL cannot decode: not an image, truncated, corrupt.
     """
     try:
         with Image.open(path) as image:
-            image.load()  # decode everything now
+            image.load()
             upright = ImageOps.exif_transpose(image)  # a copy, turned as the camera's orientation tag says
     # PIL reports damaged files as OSError, ValueError, SyntaxError ("broken PNG file"), EOFError, ...:
     # whatever decoding raises means the same thing here, that this file cannot be used.
     except Exception as err:  # noqa: BLE001
-        reason = "not an image PIL can identify" if isinstance(err, UnidentifiedImageError) else str(err)
-        raise UnreadableImageError(f"cannot read {path} ({reason or type(err).__name__})") from None
-    return convert(upright, "L" if channels == 1 else "RGB")
-
-
-def convert(image: Image.Image, mode: str) -> Image.Image:
-    """`image` in `mode` ("RGB" or "L"): 16- and 32-bit values scaled to 8 bits, alpha composited on white."""
-    if image.mode.startswith("I") or image.mode == "F":  # PIL's own conversion would clip these at 255
-        image = Image.fromarray(to_8_bits(np.asarray(image, dtype=np.float64), floats=image.mode == "F"))
-    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info:
-        rgba = image.convert("RGBA")
-        image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
-    return image.convert(mode)  # CMYK, palette, YCbCr, 1-bit, ...: PIL's conversions
+        why = "not an image PIL can identify" if isinstance(err, UnidentifiedImageError) else reason(err)
+        raise UnreadableImageError(f"cannot read {path} ({why})") from None
+    if upright.mode.startswith("I") or upright.mode == "F":  # PIL's own conversion would clip these at 255
+        upright = Image.fromarray(to_8_bits(np.asarray(upright, dtype=np.float64), floats=upright.mode == "F"))
+    if upright.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in upright.info:
+        rgba = upright.convert("RGBA")
+        upright = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
+    return upright.convert("L" if channels == 1 else "RGB")  # CMYK, palette, YCbCr, 1-bit, ...: PIL's conversions
 
 
 def to_8_bits(values: np.ndarray, *, floats: bool) -> np.ndarray:
@@ -104,8 +99,7 @@ class SkipsUnreadable:
             return read(index)
         num_files = len(self.unreadable)
         for offset in range(num_files):
-            item = read((index + offset) % num_files)
-            if item is not None:
+            if (item := read((index + offset) % num_files)) is not None:
                 return item
         raise UnreadableImageError(f"none of the {num_files} images under {self.root} can be read")
 

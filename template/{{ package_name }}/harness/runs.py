@@ -1,8 +1,7 @@
 """Run directories: a fresh run's own folder, the run that --resume continues, and when it is done.
 
-A run writes into one directory, `<output-dir>/<run-name>/`: checkpoints, args.json,
-metrics.jsonl and TensorBoard's events. These functions decide which directory that is, refuse
-what would overwrite another run's files, and say what is left after a failed write.
+A run writes everything (checkpoints, args.json, metrics.jsonl, TensorBoard's events) into one
+directory, `<output-dir>/<run-name>/`, and never into another run's.
 """
 
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import UsageError
-from .checkpoint import OutputError, load, resolve
+from .checkpoint import OutputError, load, reason, resolve
 
 
 class RunFinished(Exception):  # noqa: N818 - not an error: the script says so and exits 0
@@ -92,7 +91,7 @@ def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:
             attempt += 1
             candidate = run_dir.with_name(f"{run_dir.name}-{attempt}")
         except OSError as err:  # a read-only or full disk, no permission
-            raise OutputError(f"cannot create {candidate} ({err.strerror or err})") from None
+            raise OutputError(f"cannot create {candidate} ({reason(err)})") from None
 
 
 def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, patience: int | None) -> None:

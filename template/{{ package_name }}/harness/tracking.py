@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from torchvision.transforms.v2.functional import pil_to_tensor
 from tqdm import tqdm
 
 from . import runtime
-from .checkpoint import OutputError, RunState, write_atomic
+from .checkpoint import OutputError, RunState, reason, write_atomic
 
 
 class NonFiniteLossError(Exception):
@@ -65,40 +66,46 @@ class RunLogger:
         self.accum_steps = accum_steps
         self.show_bar = main_process and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
         self.run_dir = run_dir
+        self.metrics_file = run_dir / "metrics.jsonl"
         self.writer = None
         if not main_process:
             return
         if resumed_step is not None:
             self._drop_rows_after(resumed_step)
-        try:
+        with self._writing_events():
             run_dir.mkdir(parents=True, exist_ok=True)
             # purge_step: TensorBoard hides the older files' events from this step on, the ones trained again.
             purge = None if resumed_step is None else resumed_step + 1
             self.writer = SummaryWriter(str(run_dir), purge_step=purge)
-        except OSError as err:
-            raise self._tensorboard_error(err) from None
 
     def _drop_rows_after(self, step: int) -> None:
-        """Rewrite metrics.jsonl without the rows logged after `step`: a crash's, which the resumed run logs again."""
-        path = self.run_dir / "metrics.jsonl"
-        if not path.is_file():
-            return
-        lines = path.read_text().splitlines(keepends=True)
-        kept = [line for line in lines if json.loads(line)["step"] <= step]
-        if len(kept) < len(lines):
-            write_atomic(path, lambda tmp: tmp.write_text("".join(kept)))
-            self.print(f"dropped {len(lines) - len(kept)} rows logged after step {step} from {path}")
+        """Rewrite metrics.jsonl without the rows logged after `step` and any line that is not a whole row.
 
-    def record_start(self, args: Any, run_dir: Path, model: nn.Module, device: torch.device, step: int) -> None:
+        Those are a crash's: rows the resumed run logs again, and a last line cut short by a kill mid-write.
+        """
+        if not self.metrics_file.is_file():
+            return
+        text = self.metrics_file.read_text()
+        rows, kept = text.splitlines(), []
+        for row in rows:
+            with contextlib.suppress(ValueError, KeyError, TypeError):  # a line that is not a whole row is dropped
+                if json.loads(row)["step"] <= step:
+                    kept.append(row + "\n")
+        if "".join(kept) != text:  # rows to drop, or a last row cut short just before its newline
+            write_atomic(self.metrics_file, lambda tmp: tmp.write_text("".join(kept)))
+        if len(kept) < len(rows):
+            self.print(f"dropped {len(rows) - len(kept)} rows logged after step {step} from {self.metrics_file}")
+
+    def record_start(self, args: Any, model: nn.Module, device: torch.device, step: int) -> None:
         """Print and save the arguments and the environment; print the model's size and summary."""
         if not self.main_process:
             return
         name = "args.json" if step == 0 else f"args-resume-step{step}.json"  # never overwrite the first
         arguments = json.dumps(vars(args), indent=2, default=str)
-        write_atomic(run_dir / name, lambda tmp: tmp.write_text(arguments + "\n"))
+        write_atomic(self.run_dir / name, lambda tmp: tmp.write_text(arguments + "\n"))
         environment = json.dumps(runtime.environment(device), indent=2)
-        write_atomic(run_dir / "environment.json", lambda tmp: tmp.write_text(environment + "\n"))
-        self.print(f"arguments (saved to {run_dir / name}):\n{arguments}")
+        write_atomic(self.run_dir / "environment.json", lambda tmp: tmp.write_text(environment + "\n"))
+        self.print(f"arguments (saved to {self.run_dir / name}):\n{arguments}")
         self.print(f"environment:\n{environment}")
         try:
             from torchinfo import summary  # optional: pip install torchinfo
@@ -172,34 +179,30 @@ class RunLogger:
         """Add pictures to TensorBoard under their names, meant for once per epoch (images every step are slow)."""
         if not self.main_process:
             return
-        try:
+        with self._writing_events():
             for name, picture in pictures.items():
                 self.writer.add_image(name, pil_to_tensor(picture), step)
-        except OSError as err:
-            raise self._tensorboard_error(err) from None
 
     def write(self, split: str, values: dict[str, Any], step: int, epoch: int) -> None:
         """Add scalars to TensorBoard as <split>/<name> and one JSON line to metrics.jsonl.
 
-        Raises OutputError if either cannot be written; metrics.jsonl then keeps only whole lines.
+        Raises OutputError if either cannot be written; metrics.jsonl then keeps only whole lines (it is
+        appended to, not replaced: rewriting it whole every line would take longer the longer the run).
         """
         if not self.main_process:
             return
-        try:
+        with self._writing_events():
             for name, value in values.items():
                 if isinstance(value, (int, float)):
                     self.writer.add_scalar(f"{split}/{name}", value, step)
-        except OSError as err:  # TensorBoard's writer thread hands its error to the next call
-            raise self._tensorboard_error(err) from None
-        path = self.run_dir / "metrics.jsonl"
-        size = path.stat().st_size if path.exists() else 0
+        size = self.metrics_file.stat().st_size if self.metrics_file.exists() else 0
         try:
-            with path.open("a") as metrics:  # opened per line (every --log-interval steps): nothing left buffered
+            with self.metrics_file.open("a") as metrics:  # opened per line (every --log-interval steps): none buffered
                 metrics.write(json.dumps({"split": split, "step": step, "epoch": epoch, **values}) + "\n")
         except OSError as err:
             with contextlib.suppress(OSError):
-                os.truncate(path, size)  # no half line for the next reader, or for the resumed run to append to
-            raise OutputError(f"cannot write {path} ({err.strerror or err})") from None
+                os.truncate(self.metrics_file, size)
+            raise OutputError(f"cannot write {self.metrics_file} ({reason(err)})") from None
 
     def __enter__(self) -> "RunLogger":
         return self
@@ -214,10 +217,13 @@ class RunLogger:
     def close(self) -> None:
         """Flush and close the TensorBoard writer; OutputError if what it still held cannot be written."""
         if self.main_process:
-            try:
+            with self._writing_events():
                 self.writer.close()
-            except OSError as err:
-                raise self._tensorboard_error(err) from None
 
-    def _tensorboard_error(self, err: OSError) -> OutputError:
-        return OutputError(f"cannot write TensorBoard's events in {self.run_dir} ({err.strerror or err})")
+    @contextlib.contextmanager
+    def _writing_events(self) -> Iterator[None]:
+        """OutputError for an OSError (TensorBoard's writer thread hands its error to the next call)."""
+        try:
+            yield
+        except OSError as err:
+            raise OutputError(f"cannot write TensorBoard's events in {self.run_dir} ({reason(err)})") from None
