@@ -73,17 +73,17 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
         assert all(record["data_ms"] >= 1000 * DATA_DELAY for record in train)
 
 
-class HostReads(torch.overrides.TorchFunctionMode):
-    """Records each line of the project's code that reads a tensor's value on the host.
+INPUT_PIPELINE = ("data.py", "loaders.py", "samplers.py", "shapes.py", "transforms.py")  # tensors on the host anyway
 
-    On a GPU each such read waits for the device to finish its queue. The input pipeline (data.py,
-    loaders.py, samplers.py, shapes.py, transforms.py) is left out: it reads tensors that live on the host anyway.
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Records each line of the project's code outside INPUT_PIPELINE that reads a tensor's value on the host.
+
+    On a GPU each such read waits for the device to finish its queue.
     """
 
-    READS = frozenset(
-        (torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.__bool__,
-         torch.Tensor.__float__, torch.Tensor.__int__, torch.Tensor.__format__)
-    )  # fmt: skip
+    NAMES = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__format__")
+    READS = frozenset(getattr(torch.Tensor, name) for name in NAMES)
 
     def __init__(self) -> None:
         super().__init__()
@@ -94,7 +94,7 @@ class HostReads(torch.overrides.TorchFunctionMode):
             caller = sys._getframe(1)  # the code that called the method: tensor methods add no Python frame
             path = Path(caller.f_code.co_filename)
             ours = path.is_relative_to(ROOT) and "site-packages" not in path.parts
-            if ours and path.name not in ("data.py", "loaders.py", "samplers.py", "shapes.py", "transforms.py"):
+            if ours and path.name not in INPUT_PIPELINE:
                 self.sites.append(f"{path.name}:{caller.f_lineno}")
         return func(*args, **(kwargs or {}))
 
