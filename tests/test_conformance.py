@@ -5,6 +5,7 @@
 Every answer combination that changes Python code (multi-GPU mode x Python version, with other
 names, licences and CI answers cycled through them) must pass ruff and its own style tests with
 zero findings; a violation planted in a project must make its style test fail, naming the rule.
+test_style_rules.py proves every rule on small snippets without rendering.
 """
 
 import itertools
@@ -84,6 +85,7 @@ PLANTS = [
         "torch-load-weights-only",
     ),
     ("shape_classifier/ops.py", "\nfrom .layers import ConvBlock\n", "imports-point-one-way"),
+    ("shape_classifier/harness/runs.py", "\nfrom shape_classifier import data\n", "harness-imports-only-the-harness"),
 ]
 
 
@@ -96,6 +98,26 @@ def test_a_planted_violation_fails_the_style_test_naming_rule_and_line(default_p
     result = pytest_in(project, "tests/test_style.py")
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"{rule}: {path}:{line}:" in result.stdout, result.stdout
+
+
+# The project's test_efficiency.py measures the live autograd graph at each training step; here the
+# measure has to notice the classic leak, losses summed as tensors across steps.
+LEAKING_LOOP = """
+import torch
+from test_efficiency import autograd_graph_size
+
+model, total, sizes = torch.nn.Linear(4, 1), 0.0, []
+for _ in range(4):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    total = total + loss  # the leak: total += loss.item() would keep no graph
+    sizes.append(autograd_graph_size())
+assert sizes[0] < sizes[1] < sizes[2] < sizes[3], sizes
+"""
+
+
+def test_the_graph_measure_sees_a_leaking_loop(default_project):
+    run([sys.executable, "-c", LEAKING_LOOP], cwd=default_project / "tests")
 
 
 def test_pre_commit_runs_ruff_and_the_file_hygiene_hooks(default_project):

@@ -2,20 +2,19 @@
 
 On CUDA the loop takes paths that only a GPU takes: the BackgroundGenerator thread (on by
 default there), pinned memory with non-blocking copies, the device sync of each log step, fp16
-loss scaling, channels_last and torch.compile, and a torchvision backbone with a moving average
-of its weights. The CUDA cases skip without CUDA; the CPU cases run the same calls everywhere
-(with --prefetch-depth 2, so the loader thread runs there too).
+loss scaling, channels_last and torch.compile, and a larger model with a moving average of its
+weights. The CUDA cases skip without CUDA; the CPU cases run the same calls everywhere (with
+--prefetch-depth 2, so the loader thread runs there too).
 
 Run: pytest tests/test_cuda.py
 """
 
 import threading
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import run_one_epoch
+from conftest import LARGE_MODEL
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CASES = {
@@ -24,7 +23,7 @@ CASES = {
     "fp16": ["--amp", "fp16"],
     "channels-last": ["--channels-last"],
     "compile": ["--channels-last", "--compile"],
-    "resnet18-ema": ["--backbone", "resnet18", "--channels-last", "--amp", "bf16", "--ema-decay", "0.9"],
+    "large-ema": [*LARGE_MODEL, "--channels-last", "--amp", "bf16", "--ema-decay", "0.9"],
 }
 # The CPU twin leaves out fp16, which needs a GPU, and torch.compile, which takes half a minute
 # to compile on a CPU (test_techniques.py compiles a smaller model there).
@@ -33,40 +32,36 @@ PARAMS = [pytest.param("cuda", name, marks=CUDA, id=f"cuda-{name}") for name in 
 PARAMS += [pytest.param("cpu", name, id=f"cpu-{name}") for name in CPU_CASES]
 
 
-def device_args(tiny_args: list[str], device: str, case: str) -> list[str]:
-    argv = [device if arg == "cpu" else arg for arg in tiny_args]  # tiny_args: --device cpu
-    return argv + CASES[case] + (["--prefetch-depth", "2"] if device == "cpu" else [])
-
-
 @pytest.mark.parametrize(("device", "case"), PARAMS)
-def test_train_py_then_test_py(train_script, test_script, tiny_args, device, case):
-    argv = device_args(tiny_args, device, case)
-    assert train_script.main(argv) == 0
-    run = Path(argv[argv.index("--output-dir") + 1]) / argv[argv.index("--run-name") + 1]
-    state = torch.load(run / "last.pt", weights_only=True)
-    assert state["run_state"]["global_step"] == 6  # 96 images / 16 per batch
-    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
-    assert test_script.main([str(run / "best.pt"), "--device", device]) == 0
+def test_train_py_then_test_py(train_script, test_script, tiny_args, device, case, monkeypatch):
+    """What the device changes: pinned memory, the loader thread, where the parameters live; that they train."""
+    argv = [device if arg == "cpu" else arg for arg in tiny_args] + CASES[case]  # tiny_args: --device cpu
+    argv += ["--prefetch-depth", "2"] if device == "cpu" else []
+    built, threads = [], []  # setup()'s session with its initial parameters; loader threads alive at each step
+    real_setup, real_step = train_script.setup, train_script.optimizer_step
 
+    def watched_setup(*args: object):
+        session, state = real_setup(*args)
+        built.append((session, [p.detach().clone() for p in session.model.parameters()]))
+        return session, state
 
-@pytest.mark.parametrize(("device", "case"), PARAMS)
-def test_the_loop_on_the_device(train_script, tiny_args, device, case, monkeypatch):
-    """What the device changes: pinned memory, the loader thread, where the parameters live, and that they train."""
-    argv = [*device_args(tiny_args, device, case), "--max-steps-per-epoch", "3"]
-    args = train_script.get_args_parser().parse_args(argv)
-    session, state = train_script.setup(args)
-    assert session.train_loader.pin_memory == (device == "cuda")
-    threads, real_step = [], train_script.optimizer_step  # loader threads alive at each optimizer step
-
-    def counting_step(*step_args: object) -> None:
+    def counting_step(*args: object) -> None:
         threads.append(sum(isinstance(t, train_script.loaders.BackgroundGenerator) for t in threading.enumerate()))
-        real_step(*step_args)
+        real_step(*args)
 
+    monkeypatch.setattr(train_script, "setup", watched_setup)
     monkeypatch.setattr(train_script, "optimizer_step", counting_step)
-    before = [p.detach().clone() for p in session.model.parameters()]
-    assert run_one_epoch(train_script, session, state, args)
-    session.logger.close()
-    assert threads == [1, 1, 1]  # the default on a GPU with --num-workers 0; asked for on the CPU
+    assert train_script.main(argv) == 0
+    [(session, before)] = built
+    assert session.train_loader.pin_memory == (device == "cuda")
+    # One loader thread from the first step (it ends once it has loaded the last batch ahead): the
+    # default on a GPU with --num-workers 0, asked for on the CPU; 96 images / 16 per batch.
+    assert len(threads) == 6 and threads[0] == max(threads) == 1, threads
     assert all(p.device.type == device for p in session.model.parameters())
     changed = [not torch.equal(b, p) for b, p in zip(before, session.model.parameters(), strict=True)]
     assert sum(changed) > len(changed) // 2  # fp16's scaler may skip a step while it finds its scale, not all
+
+    state = torch.load(session.run_dir / "last.pt", weights_only=True)
+    assert state["run_state"]["global_step"] == 6
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+    assert test_script.main([str(session.run_dir / "best.pt"), "--device", device]) == 0

@@ -1,8 +1,10 @@
-"""The training loop's own costs: the compute efficiency it reports is true, and it reads the device only to log.
+"""The training loop's own costs: the efficiency it reports is true, it reads the device only to log, and no
+autograd graph outlives its step.
 
 Run: pytest tests/test_efficiency.py
 """
 
+import gc
 import json
 import sys
 import time
@@ -18,18 +20,6 @@ DATA_DELAY = 0.04  # seconds of sleep per batch, in the loader: a slow disk
 COMPUTE_DELAY = 0.02  # seconds of sleep per step, in forward: a bigger model
 
 
-class SlowCollate:
-    """The loader's collate function, then a sleep: every batch costs DATA_DELAY more to load."""
-
-    def __init__(self, collate, delay: float) -> None:
-        self.collate = collate
-        self.delay = delay
-
-    def __call__(self, samples):
-        time.sleep(self.delay)
-        return self.collate(samples)
-
-
 @pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
 def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_args, prefetch):
     """Each log line's efficiency matches compute / wall time, both timed here with hooks (bounds below).
@@ -37,11 +27,16 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
     Compute runs from the model's forward pre-hook to the optimizer's step post-hook. A window
     runs from the end of the previous log line (or the call) to the end of its last step.
     """
-    flags = [*tiny_args, "--batch-size", "16", "--shapes-train-size", str(16 * STEPS)]
-    flags += ["--log-interval", str(LOG_INTERVAL), "--prefetch-depth", "2" if prefetch else "0"]
-    args = train_script.get_args_parser().parse_args(flags)
+    flags = [*tiny_args, "--shapes-train-size", str(16 * STEPS), "--log-interval", str(LOG_INTERVAL)]
+    args = train_script.get_args_parser().parse_args([*flags, "--prefetch-depth", "2" if prefetch else "0"])
     session, state = train_script.setup(args)
-    session.train_loader.collate_fn = SlowCollate(session.train_loader.collate_fn, DATA_DELAY)
+    collate = session.train_loader.collate_fn
+
+    def slow_collate(samples):  # a slow disk: every batch costs DATA_DELAY more to load
+        time.sleep(DATA_DELAY)
+        return collate(samples)
+
+    session.train_loader.collate_fn = slow_collate
     starts, ends, logged = [], [], []
     session.model.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter()))
     session.model.register_forward_hook(lambda *_: time.sleep(COMPUTE_DELAY))
@@ -78,17 +73,17 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
         assert all(record["data_ms"] >= 1000 * DATA_DELAY for record in train)
 
 
-class HostReads(torch.overrides.TorchFunctionMode):
-    """Records each line of the project's code that reads a tensor's value on the host.
+INPUT_PIPELINE = ("data.py", "loaders.py", "samplers.py", "shapes.py", "transforms.py")  # tensors on the host anyway
 
-    On a GPU each such read waits for the device to finish its queue. The input pipeline (data.py,
-    loaders.py, samplers.py, shapes.py, transforms.py) is left out: it reads tensors that live on the host anyway.
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Records each line of the project's code outside INPUT_PIPELINE that reads a tensor's value on the host.
+
+    On a GPU each such read waits for the device to finish its queue.
     """
 
-    READS = frozenset(
-        (torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.__bool__,
-         torch.Tensor.__float__, torch.Tensor.__int__, torch.Tensor.__format__)
-    )  # fmt: skip
+    NAMES = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__format__")
+    READS = frozenset(getattr(torch.Tensor, name) for name in NAMES)
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,19 +94,42 @@ class HostReads(torch.overrides.TorchFunctionMode):
             caller = sys._getframe(1)  # the code that called the method: tensor methods add no Python frame
             path = Path(caller.f_code.co_filename)
             ours = path.is_relative_to(ROOT) and "site-packages" not in path.parts
-            if ours and path.name not in ("data.py", "loaders.py", "samplers.py", "shapes.py", "transforms.py"):
+            if ours and path.name not in INPUT_PIPELINE:
                 self.sites.append(f"{path.name}:{caller.f_lineno}")
         return func(*args, **(kwargs or {}))
 
 
-def test_the_loop_reads_the_device_only_to_log(train_script, tiny_args):
-    """12 steps, a log line every 4: three host reads, all at the one line that fetches a window's losses."""
-    flags = [*tiny_args, "--shapes-train-size", str(16 * 12), "--log-interval", "4"]
-    args = train_script.get_args_parser().parse_args(flags)
+def autograd_graph_size() -> int:
+    """Autograd nodes reachable from every live tensor: the same at each step unless a graph leaks."""
+    gc.collect()
+    tensors = [obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor)]  # isinstance can run code
+    stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
+    seen = {}  # id -> node, holding each node so that its id stays unique during the walk
+    while stack:
+        node = stack.pop()
+        if node is not None and id(node) not in seen:
+            seen[id(node)] = node
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    return len(seen)
+
+
+def test_the_loop_reads_the_device_only_to_log_and_keeps_no_graph(train_script, tiny_args):
+    """12 steps, a log line every 4: three host reads, all at the one line that fetches a window's losses.
+
+    A value kept across steps with its graph (a running loss summed as a tensor, `total += loss`)
+    keeps every step's graph alive, and memory grows with each step. A forward hook measures the
+    live graph at each step; it fires on every step unless the loop calls model.forward() itself.
+    """
+    args = train_script.get_args_parser().parse_args([*tiny_args, "--shapes-train-size", "192", "--log-interval", "4"])
     session, state = train_script.setup(args)
+    sizes = []
+    session.model.register_forward_hook(lambda *_: sizes.append(autograd_graph_size()))
     reads = HostReads()
     with reads:
         assert run_one_epoch(train_script, session, state, args)
     session.logger.close()
     assert state.global_step == 12
     assert len(reads.sites) == 12 // 4 and len(set(reads.sites)) == 1, reads.sites
+    assert len(sizes) == 12, "the forward hook must fire once per training step"
+    # Step 1 sees its own graph, later steps also the previous step's loss: then it stays flat.
+    assert max(sizes[2:]) <= sizes[1], f"the autograd graph grows from step to step: {sizes}"
