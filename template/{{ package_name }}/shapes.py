@@ -27,18 +27,10 @@ class SyntheticShapes(Dataset):
     """
 
     def __init__(
-        self,
-        size: int,
-        img_size: int,
-        seed: int,
-        transform: v2.Transform | None = None,
-        *,
-        noise: float = 0.2,
-        gradient: float = 0.0,
-        stripes: float = 0.0,
+        self, size: int, img_size: int, seed: int, transform: v2.Transform | None = None, **textures: float
     ) -> None:
         self.size, self.img_size, self.seed, self.transform = size, img_size, seed, transform
-        self.textures = {"noise": noise, "gradient": gradient, "stripes": stripes}  # render_shape's: see there
+        self.textures = textures  # render_shape's noise, gradient and stripes: see there
         self.classes = list(SHAPES)
         fits = size * 3 * img_size * img_size <= MAX_RENDERED_BYTES
         self.images = torch.stack([self.render(index) for index in range(size)]) if fits else None  # (N, 3, S, S)
