@@ -27,21 +27,10 @@ class SyntheticShapes(Dataset):
     """
 
     def __init__(
-        self,
-        size: int,
-        img_size: int,
-        seed: int,
-        transform: v2.Transform | None = None,
-        *,
-        noise: float = 0.2,
-        gradient: float = 0.0,
-        stripes: float = 0.0,
+        self, size: int, img_size: int, seed: int, transform: v2.Transform | None = None, **textures: float
     ) -> None:
-        self.size = size
-        self.img_size = img_size
-        self.seed = seed
-        self.transform = transform
-        self.noise, self.gradient, self.stripes = noise, gradient, stripes  # render_shape's textures: see there
+        self.size, self.img_size, self.seed, self.transform = size, img_size, seed, transform
+        self.textures = textures  # render_shape's noise, gradient and stripes: see there
         self.classes = list(SHAPES)
         fits = size * 3 * img_size * img_size <= MAX_RENDERED_BYTES
         self.images = torch.stack([self.render(index) for index in range(size)]) if fits else None  # (N, 3, S, S)
@@ -59,8 +48,7 @@ class SyntheticShapes(Dataset):
     def render(self, index: int) -> torch.Tensor:
         """Draw item `index`'s image, uint8 (3, S, S), from its own generator."""
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        textures = {"noise": self.noise, "gradient": self.gradient, "stripes": self.stripes}
-        return render_shape(SHAPES[index % len(SHAPES)], self.img_size, gen, **textures)
+        return render_shape(SHAPES[index % len(SHAPES)], self.img_size, gen, **self.textures)
 
 
 def render_shape(
@@ -77,8 +65,7 @@ def render_shape(
     `noise`: the std of the white noise over the whole image (the classifier's texture; 0 for
     clean images to restore). `gradient`: how much the background's brightness changes across
     the image, in a random direction. `stripes`: the amplitude of a striped texture on the shape,
-    a sine wave of random direction and period (3 to 8 pixels). The classifier's images have
-    neither (0), and their random numbers are drawn exactly as before these options existed.
+    a sine wave of random direction and period (3 to 8 pixels). The classifier's images have neither.
     """
 
     def uniform(low: float, high: float) -> float:
