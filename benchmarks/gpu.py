@@ -131,6 +131,22 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
 
     wrapped = train.distributed.wrap(model, device, compile=args.compile)  # as train.py's setup() does
     logger = train.RunLogger(workdir / "runs" / name, True, args.progress)
+    session = train.Session(
+        model=model,
+        wrapped=wrapped,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=scaler,
+        train_loader=loader,
+        val_loader=None,  # train_one_epoch reads none of these four
+        classes=[],
+        prep=None,
+        preview=None,
+        ema=None,
+        device=device,
+        run_dir=workdir / "runs" / name,
+        logger=logger,
+    )
     state = train.checkpoint.RunState()
     memory_format = torch.channels_last
 
@@ -139,7 +155,7 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
         with train.runtime.StopSignal() as stop:
             synchronize(device)
             start = time.perf_counter()
-            train.train_one_epoch(wrapped, optimizer, scheduler, scaler, loader, device, state, args, logger, stop)
+            train.train_one_epoch(session, state, args, stop)
             synchronize(device)
             return time.perf_counter() - start
 

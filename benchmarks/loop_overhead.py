@@ -202,10 +202,7 @@ def run_generated(train: ModuleType, session: Any, state: Any, args: argparse.Na
     state.batch_in_epoch = 0
     with train.runtime.StopSignal() as stop:
         start = time.perf_counter()
-        finished = train.train_one_epoch(
-            session.wrapped, session.optimizer, session.scheduler, session.scaler, session.train_loader,
-            session.device, state, args, session.logger, stop,
-        )  # fmt: skip
+        finished = train.train_one_epoch(session, state, args, stop)
         synchronize(session.device)
         seconds = time.perf_counter() - start
     if not finished:

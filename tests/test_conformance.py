@@ -163,4 +163,5 @@ def test_readme_explains_the_layout_and_gives_tips(tmp_path, multi_gpu):
     for name in (*(f"my_pkg/{m}.py" for m in modules), "train.py", "test.py", "tests/test_style.py"):
         assert name in layout
     assert "`ops` -> `layers` -> `networks` -> `simple_cnn`" in layout
-    assert ("distributed.py" in layout) == (multi_gpu == "ddp")
+    assert "distributed.py" in layout
+    assert ("torchrun: process groups" in layout) == (multi_gpu == "ddp")

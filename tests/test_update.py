@@ -467,7 +467,8 @@ def test_changing_an_answer_rerenders_and_keeps_user_edits(history, tmp_path, ol
     user_edits(expected)
     (expected / "notes.md").write_text(notes)
     assert_same_tree(project, expected)
-    assert (project / "shape_classifier" / "harness" / "distributed.py").exists() == (new == "ddp")
+    distributed = (project / "shape_classifier" / "harness" / "distributed.py").read_text()
+    assert ("DistributedDataParallel(" in distributed) == (new == "ddp")
     assert f"multi_gpu: {new}" in (project / ".copier-answers.yml").read_text()
     assert not unmerged(project)
 
