@@ -342,11 +342,13 @@ def micro_session(train: ModuleType, opts: argparse.Namespace, workdir: Path) ->
     )  # fmt: skip
     session, state = train.setup(args)
     loader = session.train_loader
-    shapes, shuffle = loader.dataset.dataset, loader.sampler.sampler  # inside Seeded and SeededSampler
+    shapes = loader.dataset.dataset  # inside Seeded
     images, targets = zip(*(shapes[i] for i in range(len(shapes))), strict=True)
     # Restoration's targets are the clean images (3, 8, 8), classification's class indices.
     targets = torch.stack(targets) if opts.task == "restoration" else torch.tensor(targets)
     dataset = torch.utils.data.TensorDataset(torch.stack(images), targets)
+    # SeededSampler's shuffle without the per-sample seeds: a TensorDataset takes plain indices.
+    shuffle = torch.utils.data.DistributedSampler(dataset, num_replicas=1, rank=0, seed=args.seed)
     session.train_loader = torch.utils.data.DataLoader(dataset, batch_size=MICRO_BATCH, sampler=shuffle)
     return session, state, args
 
