@@ -181,8 +181,9 @@ def history(tmp_path_factory) -> Path:
 
     tpl = src / "template"
     mark_docstring(tpl / "train.py.jinja", TEMPLATE_MARK)
-    model_file = CLASSIFICATION.format("{{ model_module }}.py") + ".jinja"
-    mark_docstring(tpl / "{{ package_name }}" / model_file, TEMPLATE_MARK)
+    package = tpl / CLASSIFICATION.format("{{ package_name }}")  # the classification files of the package
+    model_file = "{{ model_module }}.py.jinja"
+    mark_docstring(package / model_file, TEMPLATE_MARK)
     readme = tpl / (CLASSIFICATION.format("README.md") + ".jinja")
     edit_first(readme, "# ", lambda line: line.replace("# ", "# " + TEMPLATE_MARK, 1))
     with (src / "copier.yml").open("a") as f:
@@ -195,7 +196,6 @@ def history(tmp_path_factory) -> Path:
     commit_all(src, "1.1.0")
     git(src, "tag", "1.1.0")
 
-    package = tpl / "{{ package_name }}"
     (package / "models").mkdir()
     git(package, "mv", model_file, f"models/{model_file}")
     (package / "models" / "__init__.py").write_text('"""The models."""\n')
