@@ -18,8 +18,7 @@ from torchvision.transforms import v2
 
 from . import UsageError
 from .harness.images import SkipsUnreadable
-from .harness.loaders import build_loader
-from .harness.samplers import Seeded, SeededSampler, shard_indices
+from .harness.loaders import build_split_loaders
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, BatchMix, Preprocessing, build_transforms
 
@@ -172,18 +171,15 @@ def build_loaders(
     With world_size > 1 each process gets its share: training batches padded to the same
     count on every rank, validation split without padding so each sample is counted once.
     """
-    mix = BatchMix(len(splits.classes), mixup_alpha, cutmix_alpha)
-    sampler = SeededSampler(len(splits.train), seed, rank, world_size)  # keys (index, seed)
-    val_sampler = shard_indices(len(splits.val), rank, world_size) if world_size > 1 else None
-    common = {"num_workers": num_workers, "pin_memory": pin_memory}
-    seeded = Seeded(splits.train)  # items (image, label, seed)
-    train = build_loader(seeded, batch_size, sampler=sampler, train=True, collate_fn=mix, **common)
-    val = build_loader(splits.val, batch_size, sampler=val_sampler, **common)
-    if len(train) == 0:  # the last partial batch is dropped: a share smaller than a batch gives none
-        if world_size == 1:
-            raise UsageError(f"the training set has {len(splits.train)} images, fewer than one batch of {batch_size}")
-        raise UsageError(
-            f"the training set has {len(splits.train)} images, {sampler.num_samples} per process, "
-            f"fewer than one batch of {batch_size} (--batch-size is per process)"
-        )
-    return train, val
+    mix = BatchMix(len(splits.classes), mixup_alpha, cutmix_alpha)  # items (image, label, seed) into batches
+    return build_split_loaders(
+        splits.train,
+        splits.val,
+        batch_size,
+        seed=seed,
+        collate_fn=mix,
+        rank=rank,
+        world_size=world_size,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+    )

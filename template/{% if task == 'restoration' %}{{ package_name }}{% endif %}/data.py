@@ -21,8 +21,8 @@ from torchvision.transforms.v2.functional import pil_to_tensor, resize
 from . import UsageError
 from .degradations import Degradation, degrade
 from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable
-from .harness.loaders import build_loader
-from .harness.samplers import Seeded, SeededSampler, fixed_seed, sample_seed, shard_indices
+from .harness.loaders import build_split_loaders
+from .harness.samplers import fixed_seed, sample_seed
 from .shapes import SyntheticShapes
 
 CLEAN_GRADIENT = 0.6  # how much the built-in images' background brightens across the image
@@ -188,20 +188,17 @@ def build_loaders(
     of its files could be read. With world_size > 1 each process gets its share: training batches
     padded to the same count on every rank, validation split without padding, each sample once.
     """
-    sampler = SeededSampler(len(train), seed, rank, world_size)  # keys (index, seed)
-    val_sampler = shard_indices(len(val), rank, world_size) if world_size > 1 else None
-    common = {"num_workers": num_workers, "pin_memory": pin_memory}
-    seeded = Seeded(train)  # items (degraded, clean, seed)
-    train_loader = build_loader(seeded, batch_size, sampler=sampler, train=True, collate_fn=collate_pairs, **common)
-    val_loader = build_loader(val, batch_size, sampler=val_sampler, **common)
-    if len(train_loader) == 0:  # the last partial batch is dropped: a share smaller than a batch gives none
-        if world_size == 1:
-            raise UsageError(f"the training set has {len(train)} images, fewer than one batch of {batch_size}")
-        raise UsageError(
-            f"the training set has {len(train)} images, {sampler.num_samples} per process, "
-            f"fewer than one batch of {batch_size} (--batch-size is per process)"
-        )
-    return train_loader, val_loader
+    return build_split_loaders(
+        train,
+        val,
+        batch_size,
+        seed=seed,
+        collate_fn=collate_pairs,
+        rank=rank,
+        world_size=world_size,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+    )
 
 
 def collate_pairs(samples: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:

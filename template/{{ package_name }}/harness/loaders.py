@@ -1,6 +1,6 @@
 """How batches reach the training loop, for any dataset: DataLoaders, unreadable files, a loading thread.
 
-The dataset module (data.py) builds the datasets and calls build_loader(); train.py iterates
+The dataset module (data.py) builds the datasets and calls build_split_loaders() (or build_loader()); train.py iterates
 the loaders through background_batches(), and counts the files skipped with unreadable_flags().
 """
 
@@ -14,8 +14,9 @@ import torch
 from prefetch_generator import BackgroundGenerator
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from . import UsageError
 from .images import SkipsUnreadable
-from .samplers import Seeded
+from .samplers import Seeded, SeededSampler, shard_indices
 
 
 def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **options: Any) -> DataLoader:
@@ -29,6 +30,39 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
     options.setdefault("collate_fn", None if train else collate_readable)
     options["persistent_workers"] = options.get("num_workers", 0) > 0
     return DataLoader(dataset, batch_size, drop_last=train, generator=torch.Generator().manual_seed(0), **options)
+
+
+def build_split_loaders(
+    train: Dataset,
+    val: Dataset,
+    batch_size: int,
+    *,
+    seed: int,
+    collate_fn: Any,
+    rank: int = 0,
+    world_size: int = 1,
+    **options: Any,
+) -> tuple[DataLoader, DataLoader]:
+    """Training loader (a new shuffle each epoch, each sample with its seed) and validation loader.
+
+    Training items are Seeded(train)'s (..., seed), batched by `collate_fn`. With world_size > 1
+    each process gets its share: training batches padded to the same count on every rank,
+    validation split without padding so each sample is counted once. `options` go to both
+    DataLoaders. Raises UsageError when a process's share is smaller than one batch.
+    """
+    sampler = SeededSampler(len(train), seed, rank, world_size)  # keys (index, seed)
+    val_sampler = shard_indices(len(val), rank, world_size) if world_size > 1 else None
+    seeded = Seeded(train)  # items (..., seed)
+    train_loader = build_loader(seeded, batch_size, sampler=sampler, train=True, collate_fn=collate_fn, **options)
+    val_loader = build_loader(val, batch_size, sampler=val_sampler, **options)
+    if len(train_loader) == 0:  # the last partial batch is dropped: a share smaller than a batch gives none
+        if world_size == 1:
+            raise UsageError(f"the training set has {len(train)} images, fewer than one batch of {batch_size}")
+        raise UsageError(
+            f"the training set has {len(train)} images, {sampler.num_samples} per process, "
+            f"fewer than one batch of {batch_size} (--batch-size is per process)"
+        )
+    return train_loader, val_loader
 
 
 def collate_readable(items: list[tuple[Any, ...] | None]) -> tuple[torch.Tensor, ...] | None:
