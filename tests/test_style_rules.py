@@ -272,6 +272,15 @@ NEAR_MISSES = {
 }
 
 
+def check(project: style_rules.Project) -> list[str]:
+    """Every rule on the project, each violation as the rendering's test_style.py reports it."""
+    return [
+        f"{name}: {path}:{line}: {what}"
+        for name, rule in style_rules.RULES.items()
+        for path, line, what in rule(project)
+    ]
+
+
 def fill(text: str) -> str:
     return text.replace("<pkg>", PACKAGE).replace("<model>", MODEL_MODULE)
 
@@ -290,7 +299,7 @@ def make_project(root: Path, files: dict[str, str | None]) -> style_rules.Projec
 
 @pytest.mark.parametrize(("rule", "path", "snippet"), BAD, ids=[rule for rule, _, _ in BAD])
 def test_rule_catches_a_violation(tmp_path, rule, path, snippet):
-    found = style_rules.check(make_project(tmp_path, {path: snippet}))
+    found = check(make_project(tmp_path, {path: snippet}))
     marked = [i for i, line in enumerate(fill(snippet or "").splitlines(), 1) if line.endswith("# <-")] or [0]
     for line in marked:
         where = f"{rule}: {fill(path)}:{line}:"
@@ -299,7 +308,7 @@ def test_rule_catches_a_violation(tmp_path, rule, path, snippet):
 
 
 def test_rules_leave_near_misses_alone(tmp_path):
-    assert style_rules.check(make_project(tmp_path, NEAR_MISSES)) == []
+    assert check(make_project(tmp_path, NEAR_MISSES)) == []
 
 
 def test_every_rule_has_a_bad_snippet():
