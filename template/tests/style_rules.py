@@ -67,21 +67,23 @@ class Source:
         self.top = self.module and self.module.split(".")[0]  # "harness" for harness.runs
         self.tree = ast.parse(path.read_text(encoding="utf-8"), filename=self.path)
         self.names = {}  # local name -> what it was imported as: {"np": "numpy", "F": "torch.nn.functional"}
+        self.imports = []  # (dotted name, line) of each import, relative ones made absolute
+        here = self.path.split("/")[:-1]  # the file's own package: `from . import x` is here.x
         for node in nodes(self.tree, ast.Import, ast.ImportFrom):
             for alias in node.names:
                 if isinstance(node, ast.Import):
-                    head = alias.name.split(".")[0]
-                    self.names[alias.asname or head] = alias.name if alias.asname else head
-                elif node.level == 0:
-                    self.names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    name, local = alias.name, alias.asname or alias.name.split(".")[0]
+                    self.names[local] = name if alias.asname else local
+                else:
+                    up = here[: len(here) + 1 - node.level] if node.level else []  # `..` is one package up
+                    name = ".".join(filter(None, [*up, node.module, alias.name]))
+                    self.names[alias.asname or alias.name] = name
+                self.imports.append((name, node.lineno))
 
     def resolve(self, node: ast.AST) -> str:
-        """The dotted name of `a.b.c` with `a` replaced by what it was imported as; "" if not a name."""
-        parts = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        return ".".join([self.names.get(node.id, node.id), *reversed(parts)]) if isinstance(node, ast.Name) else ""
+        """The dotted name `a.b.c` with `a` replaced by what it was imported as: nn.Conv2d is torch.nn.Conv2d."""
+        head, dot, rest = ast.unparse(node).partition(".")
+        return self.names.get(head, head) + dot + rest
 
 
 class Project:
@@ -112,17 +114,10 @@ class Project:
 
     def imports(self, src: Source) -> Iterator[tuple[str, int]]:
         """(module inside the package, line) for each import of project code; "" is the package itself."""
-        here = [self.package, *src.path.split("/")[1:-1]]  # the file's own package, for relative imports
-        for node in nodes(src.tree, ast.Import, ast.ImportFrom):
-            names = [alias.name for alias in node.names]
-            if isinstance(node, ast.ImportFrom):
-                start = here[: len(here) - node.level + 1] if node.level else []
-                base = ".".join([*start, *filter(None, [node.module])])
-                # `from pkg import data` imports a module, `from pkg.data import Splits` a name from one
-                names = [f"{base}.{n}" if f"{base}.{n}".partition(".")[2] in self.modules else base for n in names]
-            for head, _, module in (name.partition(".") for name in names):
-                if head == self.package:
-                    yield module, node.lineno
+        for name, line in src.imports:
+            head, _, module = name.partition(".")
+            if head == self.package:  # `from pkg import data` imports a module, `from pkg.data import Splits` a name
+                yield (module if module in self.modules else module.rpartition(".")[0]), line
 
 
 class Contents:
@@ -131,7 +126,7 @@ class Contents:
 
     def __init__(self, p: Project, src: Source, cls: ast.ClassDef) -> None:
         self.p, self.src = p, src
-        self.kinds: dict[str, str] = {}  # name -> "module" or "plain"
+        self.kinds: dict[str, str] = {}  # name -> "module" or "plain"; "" gathers what has no name (x.y[0] = conv)
         for _ in range(2):  # twice: a list may be filled below the line that stores it
             for node in nodes(cls, ast.Call, ast.Assign, ast.AnnAssign, ast.AugAssign):
                 if isinstance(node, ast.Call):  # blocks.append(conv), blocks.insert(0, conv), blocks.extend([...])
@@ -139,15 +134,16 @@ class Contents:
                     if added in ("append", "insert", "extend") and node.args and self.kind(node.args[-1]):
                         self.kinds[key(node.func.value)] = "plain"
                     continue
-                for target, found in ((target, self.kind(node.value)) for target in targets(node)):
+                found = self.kind(node.value)
+                for target in targets(node):
                     if isinstance(target, ast.Subscript) and found:  # self.heads["a"] = nn.Linear(2, 2)
                         self.kinds[key(target.value)] = "plain"
                     elif found == "plain" or (found and isinstance(target, ast.Name)):
                         self.kinds[key(target)] = found
 
     def kind(self, node: ast.expr | None) -> str:
-        """ "module" for one module (a call of a module class, or a local bound to one), "plain" for a plain list,
-        tuple, set or dict with modules in it, "" for anything else."""
+        """What the expression is: "module" (a call of a module class, or a local bound to one), "plain" (a plain
+        list, tuple, set or dict with modules in it) or ""."""
         if isinstance(node, ast.Call) and self.p.is_module(self.src.resolve(node.func)):
             return "module"
         if key(node):
@@ -193,8 +189,7 @@ def scripts_import_only_the_model_file(p: Project) -> Found:
     for src in p.files(SCRIPTS):
         for module, line in p.imports(src):
             if module.split(".")[0] not in ("", p.model_module, *INFRASTRUCTURE):
-                where = f"{p.package}.{p.model_module} and the rest from INFRASTRUCTURE"
-                yield src.path, line, f"imports {p.package}.{module}; scripts take the model from {where}"
+                yield src.path, line, f"imports {p.package}.{module}; scripts take {p.model_module} and INFRASTRUCTURE"
 
 
 @rule
@@ -202,16 +197,14 @@ def imports_point_one_way(p: Project) -> Found:
     """Imports point one way: ops -> layers -> networks -> model file; losses -> model file; no one imports a script."""
     order = {**MAY_IMPORT, p.model_module: MODEL_PARTS}
     for src in p.files(*order):
+        allowed = order[src.top]
         for top, line in ((module.split(".")[0], line) for module, line in p.imports(src)):
-            if top and top not in order[src.top]:
-                yield src.path, line, f"{src.module} imports {top}; it may import {', '.join(order[src.top]) or 'none'}"
+            if top and top not in allowed:
+                yield src.path, line, f"{src.module} imports {top}; it may import {', '.join(allowed) or 'none of it'}"
     scripts = {Path(s.path).stem for s in p.files(SCRIPTS)}
-    for src, node in p.walk(ast.Import, ast.ImportFrom):
-        imported = (
-            [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] * (not node.level)
-        )
-        for name in (n for n in imported if n.split(".")[0] in scripts):
-            yield src.path, node.lineno, f"imports the script {name}.py; move shared code into the package"
+    for src in p.files():
+        for name, line in (i for i in src.imports if i[0].split(".")[0] in scripts):
+            yield src.path, line, f"imports the script {name.split('.')[0]}.py; move shared code into the package"
 
 
 @rule
@@ -220,11 +213,8 @@ def harness_imports_only_the_harness(p: Project) -> Found:
     for src in p.files(HARNESS):
         for module, line in p.imports(src):
             if module.split(".")[0] != HARNESS:
-                yield (
-                    src.path,
-                    line,
-                    f"{src.module} imports {p.package}.{module}".rstrip(".") + ": the harness imports only itself",
-                )
+                what = f"{p.package}.{module}".rstrip(".")
+                yield src.path, line, f"{src.module} imports {what}: the harness imports only itself"
 
 
 @rule
