@@ -157,6 +157,29 @@ BAD = [
             def forward(self, x):
                 return x
     """)),
+    ("no-plain-list-of-modules", "<pkg>/networks.py", code("""
+        from torch import nn
+
+
+        class Block(nn.Identity):
+            pass
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                stem = nn.Conv2d(3, 8, 3)
+                self.parts = [stem, Block()]  # <-
+                blocks = [Block()]
+                self.all = blocks + [nn.ReLU()]  # <-
+                self.more = []  # <-
+                self.more.extend(blocks)
+                self.rest = []  # <-
+                self.rest += [Block()]
+
+            def forward(self, x):
+                return x
+    """)),
     ("no-variable", "train.py", "from torch.autograd import Variable  # <-\n" + MAIN),
     ("no-variable", "<pkg>/ops.py", "import torch\n\n\ndef wrap(x):\n    return torch.autograd.Variable(x)  # <-\n"),
     ("no-dot-data", "<pkg>/ops.py", "def snapshot(model):\n    return [p.data for p in model.parameters()]  # <-\n"),
@@ -208,6 +231,8 @@ NEAR_MISSES = {
                 self.tails = []
                 self.tails.append(nn.Linear(2, 2))
                 self.tails = nn.ModuleList(self.tails)  # registered in the end
+                self.widths_out = [layer.out_features for layer in layers]  # numbers read off the modules
+                self.data = {}  # the module's own attribute, not a tensor's .data
                 self.register_buffer("scale", torch.ones(()))
 
             def forward(self, x: torch.Tensor) -> torch.Tensor:
