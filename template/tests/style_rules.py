@@ -67,7 +67,7 @@ class Source:
         self.top = self.module and self.module.split(".")[0]  # "harness" for harness.runs
         self.tree = ast.parse(path.read_text(encoding="utf-8"), filename=self.path)
         self.names = {}  # local name -> what it was imported as: {"np": "numpy", "F": "torch.nn.functional"}
-        self.imports = []  # (dotted name, line) of each import, relative ones made absolute
+        self.imported = []  # (dotted name, line) of each import, relative ones made absolute
         here = self.path.split("/")[:-1]  # the file's own package: `from . import x` is here.x
         for node in nodes(self.tree, ast.Import, ast.ImportFrom):
             for alias in node.names:
@@ -78,7 +78,7 @@ class Source:
                     up = here[: len(here) + 1 - node.level] if node.level else []  # `..` is one package up
                     name = ".".join(filter(None, [*up, node.module, alias.name]))
                     self.names[alias.asname or alias.name] = name
-                self.imports.append((name, node.lineno))
+                self.imported.append((name, node.lineno))
 
     def resolve(self, node: ast.AST) -> str:
         """The dotted name `a.b.c` with `a` replaced by what it was imported as: nn.Conv2d is torch.nn.Conv2d."""
@@ -114,7 +114,7 @@ class Project:
 
     def imports(self, src: Source) -> Iterator[tuple[str, int]]:
         """(module inside the package, line) for each import of project code; "" is the package itself."""
-        for name, line in src.imports:
+        for name, line in src.imported:
             head, _, module = name.partition(".")
             if head == self.package:  # `from pkg import data` imports a module, `from pkg.data import Splits` a name
                 yield (module if module in self.modules else module.rpartition(".")[0]), line
@@ -198,13 +198,15 @@ def imports_point_one_way(p: Project) -> Found:
     order = {**MAY_IMPORT, p.model_module: MODEL_PARTS}
     for src in p.files(*order):
         allowed = order[src.top]
-        for top, line in ((module.split(".")[0], line) for module, line in p.imports(src)):
+        for module, line in p.imports(src):
+            top = module.split(".")[0]
             if top and top not in allowed:
                 yield src.path, line, f"{src.module} imports {top}; it may import {', '.join(allowed) or 'none of it'}"
     scripts = {Path(s.path).stem for s in p.files(SCRIPTS)}
     for src in p.files():
-        for name, line in (i for i in src.imports if i[0].split(".")[0] in scripts):
-            yield src.path, line, f"imports the script {name.split('.')[0]}.py; move shared code into the package"
+        for name, line in src.imported:
+            if (script := name.split(".")[0]) in scripts:
+                yield src.path, line, f"imports the script {script}.py; move shared code into the package"
 
 
 @rule
