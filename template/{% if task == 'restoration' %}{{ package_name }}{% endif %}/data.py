@@ -1,11 +1,9 @@
-"""The dataset module: (degraded, clean) image pairs and their loaders (degradations: degradations.py).
+"""The dataset module: (degraded, clean) image pairs, both float32 (3, S, S) in [0, 1] (degradations.py degrades).
 
-Two sources: built-in synthetic shapes (without --data-dir; no download), or patches of every
-image file under DIR/train/ and DIR/val/ (any nesting, no classes; unreadable files are skipped,
-images.py). Items are (degraded, clean), both float32 (3, S, S) in [0, 1]; test.py scores whole
-images (WholeImages) instead. Training flips and degrades with torch's global generator, which
-samplers.Seeded seeds per sample; validation degrades each item the same way every epoch,
-whatever that generator's state (samplers.fixed_seed).
+Built-in synthetic shapes (without --data-dir; no download), or patches of every image file under
+DIR/train/ and DIR/val/ (any nesting; unreadable files skipped, images.py); test.py scores whole
+images (WholeImages). Every random draw (crop, flips, degradation) comes from torch's global generator:
+samplers.Seeded seeds it per training sample, samplers.fixed_seed per validation item, every epoch.
 """
 
 from pathlib import Path
