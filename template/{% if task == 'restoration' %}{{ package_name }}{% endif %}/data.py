@@ -1,19 +1,16 @@
-"""The dataset module: (degraded, clean) image pairs and their loaders (degradations: degradations.py).
+"""The dataset module: (degraded, clean) image pairs, both float32 (3, S, S) in [0, 1] (degradations.py degrades).
 
-Two sources: built-in synthetic shapes (without --data-dir; no download), or patches of every
-image file under DIR/train/ and DIR/val/ (any nesting, no classes; unreadable files are skipped,
-images.py). Items are (degraded, clean), both float32 (3, S, S) in [0, 1]; test.py scores whole
-images (WholeImages) instead. Training flips and degrades with torch's global generator, which
-samplers.Seeded seeds per sample; validation degrades each item the same way every epoch,
-whatever that generator's state (samplers.fixed_seed).
+Built-in synthetic shapes (without --data-dir; no download), or patches of every image file under
+DIR/train/ and DIR/val/ (any nesting; unreadable files skipped, images.py); test.py scores whole
+images (WholeImages). Every random draw (crop, flips, degradation) comes from torch's global generator:
+samplers.Seeded seeds it per training sample, samplers.fixed_seed per validation item, every epoch.
 """
 
 from pathlib import Path
-from typing import Any
 
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data import Dataset, default_collate
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2.functional import pil_to_tensor, resize
@@ -21,7 +18,6 @@ from torchvision.transforms.v2.functional import pil_to_tensor, resize
 from . import UsageError
 from .degradations import Degradation, degrade
 from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable
-from .harness.loaders import build_split_loaders
 from .harness.samplers import fixed_seed, sample_seed
 from .shapes import SyntheticShapes
 
@@ -33,9 +29,8 @@ FLIPS = v2.Compose([v2.RandomHorizontalFlip(), v2.RandomVerticalFlip()])  # each
 def degraded_pair(clean: torch.Tensor, d: Degradation, train: bool, val_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(degraded, clean) from `clean` (3, S, S) in [0, 1].
 
-    Training flips `clean` at random (left-right, upside down, each with probability 1/2) and
-    degrades the flipped image, every draw from the global generator. Validation does not flip
-    and degrades with the generator at `val_seed`.
+    Training flips it at random (FLIPS) and degrades it, every draw from the global generator;
+    validation degrades it unflipped, with that generator at `val_seed`.
     """
     if not train:
         with fixed_seed(val_seed):
@@ -93,7 +88,6 @@ class ImagePatches(SkipsUnreadable, Dataset):
             raise UsageError(f"image folder {root} does not exist (expected DIR/train/ and DIR/val/ holding images)")
         if patch_size < 1 or patches_per_image < 1:
             raise UsageError(f"patch size {patch_size} and patches per image {patches_per_image} must be >= 1")
-        self.root = str(root)
         files = (path for path in Path(root).rglob("*") if path.name.lower().endswith(IMAGE_EXTENSIONS))
         self.paths = sorted(str(path) for path in files if path.is_file())
         if not self.paths:
@@ -142,65 +136,30 @@ class WholeImages(ImagePatches):
 def build_split(
     data_dir: Path | None,
     train: bool,
-    *,
     degradation: Degradation,
-    patch_size: int = 48,
+    patch_size: int,
+    *,
     patches_per_image: int = 8,
     strict: bool = False,
     seed: int = 0,
     train_size: int = 12_000,
     val_size: int = 2_000,
-    img_size: int = 32,
 ) -> Dataset:
     """The training split (`train`) or the validation split, and only that one, of (degraded, clean) items.
 
-    Without `data_dir`: DegradedShapes of `train_size` or `val_size` images of `img_size` pixels
+    Without `data_dir`: DegradedShapes of `train_size` or `val_size` images of `patch_size` pixels
     (distinct seeds per split, so no validation image is a training image). With it: ImagePatches
     of `patch_size` pixels from data_dir/train or data_dir/val (`strict`: an unreadable file raises
     images.UnreadableImageError). UsageError on a missing or empty folder.
     """
     if data_dir is None:
         size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)
-        return DegradedShapes(size, img_size, split_seed, degradation, train)
+        return DegradedShapes(size, patch_size, split_seed, degradation, train)
     root = Path(data_dir) / ("train" if train else "val")
     return ImagePatches(root, patch_size, degradation, train, patches_per_image, strict=strict)
 
 
-def build_datasets(data_dir: Path | None, **options: Any) -> tuple[Dataset, Dataset]:
-    """(training split, validation split): build_split() of each, with the same keyword options."""
-    return build_split(data_dir, True, **options), build_split(data_dir, False, **options)
-
-
-def build_loaders(
-    train: Dataset,
-    val: Dataset,
-    batch_size: int,
-    *,
-    seed: int,
-    num_workers: int = 0,
-    pin_memory: bool = False,
-    rank: int = 0,
-    world_size: int = 1,
-) -> tuple[DataLoader, DataLoader]:
-    """Training loader (a new shuffle each epoch, each sample degraded by its seed) and validation loader.
-
-    Batches are (degraded (N, 3, S, S), clean (N, 3, S, S)); a validation batch is None when none
-    of its files could be read. With world_size > 1 each process gets its share: training batches
-    padded to the same count on every rank, validation split without padding, each sample once.
-    """
-    return build_split_loaders(
-        train,
-        val,
-        batch_size,
-        seed=seed,
-        collate_fn=collate_pairs,
-        rank=rank,
-        world_size=world_size,
-        num_workers=num_workers,
-        pin_memory=pin_memory,
-    )
-
-
 def collate_pairs(samples: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack Seeded items into (degraded (N, 3, S, S), clean (N, 3, S, S)); their seeds have done their work."""
-    return default_collate([(degraded, clean) for degraded, clean, _ in samples])
+    degraded, clean, _ = default_collate(samples)
+    return degraded, clean

@@ -22,7 +22,7 @@ SSIM_WINDOW = 11  # ops.ssim's window: the smallest side it can score
 
 @dataclass(frozen=True)
 class Tiling:
-    """How restore_tiled() cuts an image: tiles of `size` pixels, neighbours sharing at least `overlap`.
+    """How restore() cuts images: tiles of `size` pixels, neighbours sharing at least `overlap`.
 
     Tiles start at multiples of `multiple` (the U-Net's, 2 ** its downsamplings), so each tile sees
     the image on the same grid as the whole would. UsageError unless size > 2 * overlap >= 0.
@@ -130,30 +130,8 @@ def predict(
     return restored.clamp(0.0, 1.0).cpu()
 
 
-def restore(
-    model: nn.Module,
-    images: torch.Tensor,
-    autocast: contextlib.AbstractContextManager | None = None,
-    tiling: Tiling | None = None,
-    device: torch.device | None = None,
-) -> torch.Tensor:
-    """The model's restorations of `images` (N, 3, H, W), float32, not clamped; in eval mode, without grad.
-
-    Whole, on the images' device; or with `tiling` each image by restore_tiled(), on the CPU, its
-    tiles on `device` (default: the images').
-    """
-    if tiling is not None:
-        return torch.stack([restore_tiled(model, image, tiling, autocast, device) for image in images])
-    with autocast or contextlib.nullcontext():
-        return model(images).float()
-
-
 def preview_batch(dataset: Dataset, count: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first `count` readable items of a validation dataset, stacked: (degraded, clean), each (N, 3, H, W).
-
-    The same images every time, so that pictures of them can be compared from epoch to epoch.
-    The items must share one size (as a validation loader's batches do).
-    """
+    """first_readable()'s items stacked, (degraded, clean), each (N, 3, H, W): the same every epoch, one size."""
     degraded, clean = default_collate(first_readable(dataset, count))
     return degraded, clean
 
@@ -168,18 +146,19 @@ def first_readable(dataset: Dataset, count: int) -> list[tuple[torch.Tensor, tor
 
 
 @torch.no_grad()
-def restore_tiled(
+def restore(
     model: nn.Module,
-    image: torch.Tensor,
-    tiling: Tiling,
+    images: torch.Tensor,
     autocast: contextlib.AbstractContextManager | None = None,
+    tiling: Tiling | None = None,
     device: torch.device | None = None,
 ) -> torch.Tensor:
-    """Restore one degraded image (3, H, W) of any size tile by tile; float (3, H, W) on the CPU, not clamped.
+    """The model's restorations of degraded `images` (N, 3, H, W), float32, not clamped; call it in eval mode.
 
-    The fewest tiles that cover each side, spread evenly on the grid (Tiling), each tiling.size
-    long (the last up to one grid step longer, to reach the end); an image no longer than that is
-    restored whole. Only one tile is on `device` (default: the image's) at a time. Call it in eval mode.
+    Whole, on the images' device; or with `tiling`, tile by tile on `device` (default: the images'),
+    only one tile there at a time, and the result on the CPU: the fewest tiles that cover each side,
+    spread evenly on the grid (Tiling), each tiling.size long (the last up to one grid step longer,
+    to reach the end); images no longer than that are restored whole.
 
     Overlaps are blended, not cropped: near a neighbour a tile's weight falls linearly towards its
     edge, where the model saw padding instead of the image. Keeping only each tile's centre would
@@ -187,20 +166,22 @@ def restore_tiled(
     never does. Where no tile saw padding within the model's reach, the result equals restoring the
     whole image at once.
     """
-    if image.dim() != 3:
-        raise UsageError(f"restore_tiled takes one image (3, H, W), got shape {tuple(image.shape)}")
-    height, width = image.shape[-2:]
-    total = torch.zeros(3, height, width)  # weighted sum of the tiles' outputs, on the CPU
-    weights = torch.zeros(1, height, width)
+    autocast = autocast or contextlib.nullcontext()
+    if tiling is None:
+        with autocast:
+            return model(images).float()
+    height, width = images.shape[-2:]
+    total = torch.zeros(images.shape)  # (N, 3, H, W) weighted sum of the tiles' outputs, on the CPU
+    weights = torch.zeros(height, width)
     for top, tile_height in _tiles(height, tiling):
         for left, tile_width in _tiles(width, tiling):
-            crop = image[:, top : top + tile_height, left : left + tile_width]  # (3, h, w)
-            with autocast or contextlib.nullcontext():
-                restored = model(crop.unsqueeze(0).to(device or image.device))[0]  # (3, h, w)
+            rows, columns = slice(top, top + tile_height), slice(left, left + tile_width)
+            with autocast:
+                restored = model(images[..., rows, columns].to(device or images.device))  # (N, 3, h, w)
             ramps = _ramp(top, tile_height, height, tiling.overlap), _ramp(left, tile_width, width, tiling.overlap)
             weight = ramps[0][:, None] * ramps[1]  # (h, w)
-            total[:, top : top + tile_height, left : left + tile_width] += weight * restored.float().cpu()
-            weights[:, top : top + tile_height, left : left + tile_width] += weight
+            total[..., rows, columns] += weight * restored.float().cpu()
+            weights[rows, columns] += weight
     return total / weights
 
 

@@ -17,16 +17,6 @@ CAPTION = 14  # pixels for the caption line under each row
 MIN_SIDE = 96  # pixels: smaller images are enlarged by a whole factor up to this, so that a person can see them
 
 
-def to_uint8(images: torch.Tensor) -> torch.Tensor:
-    """Float images in [0, 1] (any shape) as uint8 on the CPU; values outside [0, 1] are clamped."""
-    return (images.detach().float().cpu().clamp(0.0, 1.0) * 255).round().to(torch.uint8)
-
-
-def enlargement(height: int, width: int) -> int:
-    """The whole factor strips() enlarges (height, width) images by: the smallest that reaches MIN_SIDE, at least 1."""
-    return max(1, -(-MIN_SIDE // max(height, width)))  # ceiling division
-
-
 def captions(count: int, psnrs: tuple[Sequence[float], Sequence[float]] | None = None) -> list[str]:
     """The caption of each of `count` rows; with psnrs = (input PSNRs, restored PSNRs) in dB, both and the gain."""
     if psnrs is None:
@@ -46,12 +36,14 @@ def strips(
     """One row per image, degraded | restored | clean, captioned below; an RGB uint8 image (3, H', W').
 
     Inputs are float images (N, 3, H, W) in [0, 1] (clamped); psnrs as for captions(). Panels
-    keep their pixels, enlarged by enlargement(H, W) with nearest neighbours. Panel k of row i
+    keep their pixels, enlarged with nearest neighbours by the smallest whole factor that brings
+    the longer side to MIN_SIDE. Panel k of row i
     starts at x = GAP + k * (w + GAP), y = GAP + i * (h + CAPTION + GAP), for the enlarged h, w;
     the caption line starts at y + h. The picture is widened when a caption needs more room.
     """
-    factor = enlargement(*degraded.shape[-2:])
-    panels = to_uint8(torch.stack([degraded, restored, clean], dim=1).flatten(0, 1))  # (3N, 3, H, W), row by row
+    factor = max(1, -(-MIN_SIDE // max(degraded.shape[-2:])))  # ceiling division
+    panels = torch.stack([degraded, restored, clean], dim=1).flatten(0, 1).detach().float().cpu()  # (3N, 3, H, W)
+    panels = (panels.clamp(0.0, 1.0) * 255).round().to(torch.uint8)  # row by row
     panels = panels.repeat_interleave(factor, -2).repeat_interleave(factor, -1)  # (3N, 3, h, w): nearest, enlarged
     height = panels.shape[-2]
     grid = make_grid(F.pad(panels, (0, 0, 0, CAPTION), value=255), nrow=3, padding=GAP, pad_value=255)

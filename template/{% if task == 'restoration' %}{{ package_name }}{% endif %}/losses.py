@@ -47,7 +47,7 @@ class VGGPerceptualLoss(nn.Module):
 
     def __init__(self, features: VGGFeatures, layer_weights: Sequence[float] | None = None) -> None:
         super().__init__()
-        count = len(features.layers)
+        count = len(features.slices)
         self.layer_weights = (1.0,) * count if layer_weights is None else tuple(map(float, layer_weights))
         if len(self.layer_weights) != count:
             raise UsageError(f"got {len(self.layer_weights)} perceptual layer weights for {count} VGG layers")

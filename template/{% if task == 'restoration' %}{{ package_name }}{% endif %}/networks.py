@@ -55,43 +55,19 @@ class UNet(nn.Module):
         return self.head(x)  # (N, out_channels, H, W)
 
 
-def vgg16_relus() -> dict[str, int]:
-    """Where each ReLU sits in torchvision's VGG16 features: {"relu1_1": 1, "relu1_2": 3, "relu2_1": 6, ...}."""
-    relus, stage, conv = {}, 1, 0
-    for index, module in enumerate(torchvision.models.vgg.make_layers(torchvision.models.vgg.cfgs["D"])):
-        if isinstance(module, nn.MaxPool2d):  # the end of a stage
-            stage, conv = stage + 1, 0
-        elif isinstance(module, nn.ReLU):
-            conv += 1
-            relus[f"relu{stage}_{conv}"] = index
-    return relus
-
-
 class VGGFeatures(nn.Module):
-    """A frozen VGG16 with several outputs: the activations at the named ReLUs, for perceptual losses.
+    """A frozen VGG16 with several outputs: the activations at chosen ReLUs, for perceptual losses.
 
     torchvision's VGG16 features (its convolutional part, without the 120M-parameter classifier)
-    cut into consecutive nn.Sequential slices, each ending at one of `layers` (vgg16_relus() names,
-    in network order). `state` is torchvision's VGG16 state_dict (ImageNet weights); without it the
-    weights are random. Input (N, 3, H, W), normalised as the weights expect; forward returns a
-    list with each slice's output. It is a fixed measuring instrument: no parameter requires grad,
-    and train() keeps it in eval mode, so the same image always gives the same features.
+    cut into consecutive nn.Sequential slices: slice i is features[ends[i - 1]:ends[i]], `ends`
+    rising; the default ends follow relu1_2, relu2_2, relu3_3 and relu4_3. `state` is
+    torchvision's VGG16 state_dict (ImageNet weights); without it the weights are random. Input
+    (N, 3, H, W), normalised as the weights expect; forward returns a list with each slice's
+    output. A fixed measuring instrument: no parameter requires grad, and train() keeps it in eval mode.
     """
 
-    def __init__(
-        self,
-        state: dict[str, torch.Tensor] | None = None,
-        layers: tuple[str, ...] = ("relu1_2", "relu2_2", "relu3_3", "relu4_3"),
-    ) -> None:
+    def __init__(self, state: dict[str, torch.Tensor] | None = None, ends: tuple[int, ...] = (4, 9, 16, 23)) -> None:
         super().__init__()
-        relus = vgg16_relus()
-        unknown = [name for name in layers if name not in relus]
-        if unknown or not layers:
-            raise UsageError(f"unknown VGG16 layers {unknown or '(none given)'}; choose from {', '.join(relus)}")
-        ends = [relus[name] + 1 for name in layers]  # slice i is features[ends[i - 1]:ends[i]]
-        if ends != sorted(set(ends)):
-            raise UsageError(f"VGG16 layers must be distinct and in network order, got {', '.join(layers)}")
-        self.layers = tuple(layers)
         features = torchvision.models.vgg.make_layers(torchvision.models.vgg.cfgs["D"])  # indices as torchvision's
         if state is not None:
             features.load_state_dict(
@@ -106,7 +82,7 @@ class VGGFeatures(nn.Module):
         return super().train(False)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Map images (N, 3, H, W) to one feature map per requested layer, shallowest first."""
+        """Map images (N, 3, H, W) to one feature map per slice, shallowest first."""
         outputs = []
         for block in self.slices:
             x = block(x)  # (N, C_i, H_i, W_i): each max-pool in the slice halves H and W
