@@ -42,23 +42,17 @@ class RunLogger:
     """Writes what a run reports; on other processes than the main one every method does nothing."""
 
     def __init__(
-        self,
-        run_dir: Path,
-        main_process: bool,
-        progress: str = "auto",
-        world_size: int = 1,
-        accum_steps: int = 1,
-        resumed_step: int | None = None,
+        self, run_dir: Path, main: bool, progress: str, world_size: int, accum_steps: int, resumed_step: int | None
     ) -> None:
-        """`resumed_step`: the global step a resumed run continues from.
+        """`main`: the main process; `progress`: auto, always or never; `resumed_step`: where a resumed run goes on.
 
-        What a crash logged after it (rows the resumed run logs again, a last line cut short by a kill)
-        is dropped from metrics.jsonl, and TensorBoard hides the older files' events from it on (purge_step).
+        What a crash logged after that step (rows logged again, a last line cut short by a kill) is
+        dropped from metrics.jsonl, and TensorBoard hides the older files' events from it on (purge_step).
         """
-        self.main_process, self.world_size, self.accum_steps = main_process, world_size, accum_steps
-        self.show_bar = main_process and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
+        self.main_process, self.world_size, self.accum_steps = main, world_size, accum_steps
+        self.show_bar = main and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
         self.run_dir, self.metrics_file = run_dir, run_dir / "metrics.jsonl"
-        if not main_process:
+        if not main:
             return
         if resumed_step is not None and self.metrics_file.is_file():
             text = self.metrics_file.read_text()
@@ -109,10 +103,9 @@ class RunLogger:
         `losses` holds each micro-batch's loss in the window (summed over processes). Raises
         NonFiniteLossError naming the first step whose loss is NaN or infinite.
         """
-        for k, value in enumerate(losses):
-            if not math.isfinite(value):
-                bad_step = window.first_step + k // self.accum_steps + 1
-                raise NonFiniteLossError(f"loss is {value} at step {bad_step} (epoch {epoch})")
+        if bad := [k for k, value in enumerate(losses) if not math.isfinite(value)]:
+            bad_step = window.first_step + bad[0] // self.accum_steps + 1
+            raise NonFiniteLossError(f"loss is {losses[bad[0]]} at step {bad_step} (epoch {epoch})")
         elapsed = time.perf_counter() - window.started
         busy = window.compute_time + window.data_time
         values = {
@@ -137,7 +130,7 @@ class RunLogger:
         state: RunState,
         epochs: int,
         report: str,
-        logged: dict[str, dict[str, Any]],
+        logged: dict,
         unreadable: dict[str, int],
         seconds: float,
     ) -> None:
