@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.amp import GradScaler
+from torch.optim import Optimizer
 
 from . import UsageError
 
@@ -53,9 +55,9 @@ def unwrap(model: nn.Module) -> nn.Module:
 def training_state(
     model: nn.Module,
     *,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     scheduler: Any,
-    scaler: torch.amp.GradScaler,
+    scaler: GradScaler,
     ema: Any,
     run_state: RunState,
     args: argparse.Namespace,
@@ -149,19 +151,12 @@ def read(path: Path, what: str, map_location: torch.device | str = "cpu") -> Any
 
 
 def restore(
-    state: dict[str, Any],
-    *,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    scaler: torch.amp.GradScaler,
-    ema: Any = None,
-    rank: int = 0,
+    state: dict, *, model: nn.Module, optimizer: Optimizer, scheduler: Any, scaler: GradScaler, ema: Any, rank: int = 0
 ) -> RunState:
-    """Load a checkpoint into freshly built objects, return its counters; UsageError for another model or config.
+    """Load a checkpoint into freshly built objects (`ema`: an optim.EMA or None) and return its counters.
 
-    Restores process `rank`'s random-number state too: call it last. A process the saved run did not
-    have (a restart with more) keeps the streams it was seeded with.
+    UsageError if it holds another model or config. Restores process `rank`'s random-number state too (call
+    it last); a process the saved run did not have (a restart with more) keeps the streams it was seeded with.
     """
     model = unwrap(model)
     if state["model_name"] != type(model).__name__:

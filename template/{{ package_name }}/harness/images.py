@@ -29,7 +29,7 @@ class UnreadableImageError(UsageError):
 def read_image(path: str, channels: int = 3) -> Image.Image:
     """The image at `path`, decoded whole now, turned as its EXIF orientation says, in mode RGB or L (channels 1).
 
-    16-bit and float images are scaled to 8 bits (to_8_bits()); transparent pixels are laid on white.
+    16-bit and float images are scaled to 8 bits by what they hold; transparent pixels are laid on white.
     UnreadableImageError (one line: the path, the reason) for anything PIL cannot decode.
     """
     try:
@@ -42,28 +42,22 @@ def read_image(path: str, channels: int = 3) -> Image.Image:
         why = "not an image PIL can identify" if isinstance(err, UnidentifiedImageError) else reason(err)
         raise UnreadableImageError(f"cannot read {path} ({why})") from None
     if upright.mode.startswith("I") or upright.mode == "F":  # PIL's own conversion would clip these at 255
-        upright = Image.fromarray(to_8_bits(np.asarray(upright, dtype=np.float64), floats=upright.mode == "F"))
+        # Floats in [0, 1] are multiplied by 255. Integers in 0..65535 are divided by the largest value of the
+        # smallest bit depth (8, 10, 12, 14 or 16) that holds their maximum: a 12-bit camera's 4095 in a 16-bit PNG
+        # becomes 255 (a very dark true 16-bit image comes out brighter). The rest is stretched from min..max.
+        values = np.asarray(upright, dtype=np.float64)
+        low, high = float(values.min()), float(values.max())
+        if upright.mode == "F" and low >= 0 and high <= 1:
+            low, scale = 0.0, 255
+        elif upright.mode != "F" and low >= 0 and high <= 65535:
+            low, scale = 0.0, 255 / next(2**bits - 1 for bits in (8, 10, 12, 14, 16) if high < 2**bits)
+        else:
+            scale = 255 / ((high - low) or 1)
+        upright = Image.fromarray(((values - low) * scale).round().astype(np.uint8))
     if upright.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in upright.info:
         rgba = upright.convert("RGBA")
         upright = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
     return upright.convert("L" if channels == 1 else "RGB")  # CMYK, palette, YCbCr, 1-bit, ...: PIL's conversions
-
-
-def to_8_bits(values: np.ndarray, *, floats: bool) -> np.ndarray:
-    """Pixel values of an integer (mode I, I;16) or float (mode F) image as uint8, scaled to what they hold.
-
-    Floats in [0, 1] are multiplied by 255. Integers in 0..65535 are divided by the largest value of the
-    smallest bit depth (8, 10, 12, 14 or 16) that holds their maximum: a 12-bit camera's 4095 in a 16-bit
-    PNG becomes 255 (so a very dark true 16-bit image comes out brighter). Anything else is stretched from
-    its own minimum..maximum to 0..255.
-    """
-    low, high = float(values.min()), float(values.max())
-    if floats and low >= 0 and high <= 1:
-        return (values * 255).round().astype(np.uint8)
-    if not floats and low >= 0 and high <= 65535:
-        largest = next(2**bits - 1 for bits in (8, 10, 12, 14, 16) if high < 2**bits)
-        return (values * (255 / largest)).round().astype(np.uint8)
-    return ((values - low) * (255 / ((high - low) or 1))).round().astype(np.uint8)
 
 
 class SkipsUnreadable:

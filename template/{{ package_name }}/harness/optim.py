@@ -22,14 +22,12 @@ def param_groups(
     runs at `lr` itself.
     """
     backbone_ids = {id(p) for p in backbone.parameters()} if backbone is not None else set()
-    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}  # (in the backbone, decayed): parameters
     for param in model.parameters():
         if param.requires_grad:
             groups.setdefault((id(param) in backbone_ids, param.ndim >= 2), []).append(param)
-    rates = {False: lr, True: lr * backbone_lr_scale}  # head, backbone
-    decays = {False: 0.0, True: weight_decay}  # biases and norm weights, the rest
     return [
-        {"params": params, "lr": rates[in_backbone], "weight_decay": decays[decayed]}
+        {"params": params, "lr": lr * backbone_lr_scale if in_backbone else lr, "weight_decay": weight_decay * decayed}
         for (in_backbone, decayed), params in sorted(groups.items())
     ]
 
