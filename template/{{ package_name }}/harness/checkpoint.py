@@ -16,15 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.amp import GradScaler
+from torch.optim import Optimizer
 
 from . import UsageError
 
 
 class OutputError(Exception):
-    """A file could not be written (a full disk, a read-only folder): reported in one line, exit 1.
-
-    Raised after the partial file is removed; the file it would have replaced is intact.
-    """
+    """A file could not be written (a full disk, a read-only folder): one line, exit 1; the file it replaced is kept."""
 
 
 def reason(err: object) -> str:
@@ -48,21 +47,17 @@ class RunState:
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The bare model inside DataParallel, DistributedDataParallel and torch.compile wrappers."""
-    while True:
-        if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):  # torch.compile's OptimizedModule
-            model = model._orig_mod
-        else:
-            return model
+    while hasattr(model, "_orig_mod") or isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+        model = model._orig_mod if hasattr(model, "_orig_mod") else model.module  # _orig_mod: torch.compile's
+    return model
 
 
 def training_state(
     model: nn.Module,
     *,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     scheduler: Any,
-    scaler: torch.amp.GradScaler,
+    scaler: GradScaler,
     ema: Any,
     run_state: RunState,
     args: argparse.Namespace,
@@ -72,9 +67,8 @@ def training_state(
 ) -> dict[str, Any]:
     """Everything a resumed run needs, as tensors and plain Python (loadable with weights_only=True).
 
-    `ema`: an optim.EMA (or None), whose weights test.py, predict.py and export.py use by default.
-    `preprocessing`: how images were fed to the model (the task's Preprocessing.to_dict()).
-    `rng`: each process's rng_state(), in rank order; by default this process's alone.
+    `ema`: an optim.EMA or None (the scripts use its weights by default); `preprocessing`: the task's
+    Preprocessing.to_dict(); `rng`: each process's rng_state() in rank order, by default this process's.
     """
     bare = unwrap(model)  # no wrapper prefixes in the keys
     return {
@@ -95,11 +89,9 @@ def training_state(
 
 
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """write(tmp), then move tmp onto `path`: `path` is replaced whole or not at all.
+    """write(tmp), then move tmp onto `path`: every file the project writes whole is replaced whole or not at all.
 
-    Every file the project writes whole goes through here (metrics.jsonl is appended to). A failed
-    write (a full disk: OSError, or the RuntimeError torch.save raises) removes the partial tmp
-    file and raises OutputError naming `path` and the reason.
+    A failed write (OSError, or the RuntimeError of torch.save on a full disk) removes tmp and raises OutputError.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -117,15 +109,11 @@ def save(state: dict[str, Any], path: Path) -> None:
 
 
 def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, keep_epochs: int = 0) -> None:
-    """Write run_dir/last.pt, and best.pt when `best`, and epoch-<epoch>.pt when keep_epochs > 0.
+    """Write best.pt when `best`, epoch-<epoch>.pt when keep_epochs > 0 (the newest keep_epochs kept), then last.pt.
 
-    Only the keep_epochs newest epoch files are kept. last.pt is written last: after a failed
-    write it is still the previous epoch's, and --resume trains this epoch again and writes every file.
+    last.pt comes last: after a failed write it is still the previous epoch's, and --resume trains the epoch again.
     """
-    paths = [run_dir / "best.pt"] if best else []
-    if keep_epochs > 0:
-        paths.append(run_dir / f"epoch-{epoch}.pt")
-    paths.append(run_dir / "last.pt")
+    paths = [run_dir / name for name in ["best.pt"] * best + [f"epoch-{epoch}.pt"] * (keep_epochs > 0) + ["last.pt"]]
     save(state, paths[0])
     for path in paths[1:]:
         write_atomic(path, lambda tmp: shutil.copyfile(paths[0], tmp))
@@ -146,7 +134,7 @@ def resolve(path: Path) -> Path:
 
 
 def load(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by train.py, tensors only (weights_only=True); UsageError if unusable."""
+    """Read a checkpoint written by train.py (a file, or a run directory's last.pt); UsageError if unusable."""
     path = resolve(path)
     state = read(path, "checkpoint", map_location)
     if not isinstance(state, dict) or not {"model", "model_name", "model_config"} <= state.keys():
@@ -162,52 +150,44 @@ def read(path: Path, what: str, map_location: torch.device | str = "cpu") -> Any
         raise UsageError(f"{what} {path} is corrupt or not a PyTorch file ({reason(err)})") from None
 
 
-def check_compatible(state: dict[str, Any], model: nn.Module) -> None:
-    """Raise UsageError unless the checkpoint holds the same model class as `model`, with the same config."""
+def restore(
+    state: dict, *, model: nn.Module, optimizer: Optimizer, scheduler: Any, scaler: GradScaler, ema: Any, rank: int = 0
+) -> RunState:
+    """Load a checkpoint into freshly built objects (`ema`: an optim.EMA or None) and return its counters.
+
+    UsageError if it holds another model or config. Restores process `rank`'s random-number state too (call
+    it last); a process the saved run did not have (a restart with more) keeps the streams it was seeded with.
+    """
+    model = unwrap(model)
     if state["model_name"] != type(model).__name__:
         raise UsageError(f"checkpoint holds a {state['model_name']} model, not {type(model).__name__}")
-    saved, wanted = (  # a tuple that went through JSON is a list: the same value
-        {key: tuple(value) if isinstance(value, list) else value for key, value in config.items()}
-        for config in (state["model_config"], model.config.to_dict())
-    )
+    # Compared as JSON: a tuple that went through JSON is a list, the same value.
+    saved, wanted = (json.loads(json.dumps(config)) for config in (state["model_config"], model.config.to_dict()))
     diffs = [f"{key}={saved.get(key)!r} (now {value!r})" for key, value in wanted.items() if saved.get(key) != value]
     if diffs:
         raise UsageError("checkpoint was trained with a different model config: " + ", ".join(diffs))
-
-
-def restore(
-    state: dict[str, Any],
-    *,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    scaler: torch.amp.GradScaler,
-    ema: Any = None,
-    rank: int = 0,
-) -> RunState:
-    """Load a checkpoint into freshly built objects (an optim.EMA too) and return its counters.
-
-    Raises UsageError if it holds another model or config. Restores process `rank`'s random-number
-    state too, so call it after everything else that draws random numbers (model init) is built. A
-    process the saved run did not have (a restart with more of them) keeps the streams it was seeded with.
-    """
-    check_compatible(state, unwrap(model))
-    unwrap(model).load_state_dict(state["model"])
+    model.load_state_dict(state["model"])
     if ema is not None:
         ema.module.load_state_dict(state["ema"])
         ema.n_averaged.fill_(state["ema_updates"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):  # the rebuilt curve's rate now (a new --epochs
-        # changes the curve), not the rate the saved one had set: the next step trains at the rebuilt curve's rate.
-        rates = zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True)
-        for group, base_lr, factor in rates:
+    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):  # a new --epochs changes the curve: the next step
+        # trains at the rebuilt curve's rate, not at the rate the saved one had set.
+        for group, base_lr, factor in zip(
+            optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True
+        ):
             group["lr"] = base_lr * factor(scheduler.last_epoch)
     if state["scaler"]:  # empty when saved without --amp fp16: a newly enabled scaler starts afresh
         scaler.load_state_dict(state["scaler"])
     states = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]  # a dict: before ranks had their own
     if rank < len(states):
-        set_rng_state(states[rank])
+        rng = states[rank]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"].cpu())
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
     saved = dict(state["run_state"])
     if "best_accuracy" in saved:  # a checkpoint written before the score had a task-neutral name
         saved["best_score"] = saved.pop("best_accuracy")
@@ -223,12 +203,3 @@ def rng_state() -> dict[str, Any]:
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what rng_state() captured."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"].cpu())
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])

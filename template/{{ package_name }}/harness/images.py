@@ -1,8 +1,4 @@
-"""Image files as they come: any mode, EXIF-rotated, and some that cannot be read at all.
-
-read_image() is the one way every script opens an image file; SkipsUnreadable is how a dataset
-of files survives the files it cannot read.
-"""
+"""Image files as they come (any mode, EXIF-rotated, some unreadable): read_image() opens every one."""
 
 import sys
 from collections.abc import Callable
@@ -31,12 +27,10 @@ class UnreadableImageError(UsageError):
 
 
 def read_image(path: str, channels: int = 3) -> Image.Image:
-    """The image at `path`, decoded, upright, in mode RGB (channels 3) or L (channels 1).
+    """The image at `path`, decoded whole now, turned as its EXIF orientation says, in mode RGB or L (channels 1).
 
-    The whole file is decoded now (a truncated one fails here, not halfway through a transform)
-    and turned as its EXIF orientation says. 16-bit and float images are scaled to 8 bits as
-    to_8_bits() says; transparent pixels are laid on white. Raises UnreadableImageError, one line
-    with the path and the reason, for anything PIL cannot decode: not an image, truncated, corrupt.
+    16-bit and float images are scaled to 8 bits by what they hold; transparent pixels are laid on white.
+    UnreadableImageError (one line: the path, the reason) for anything PIL cannot decode.
     """
     try:
         with Image.open(path) as image:
@@ -48,48 +42,37 @@ def read_image(path: str, channels: int = 3) -> Image.Image:
         why = "not an image PIL can identify" if isinstance(err, UnidentifiedImageError) else reason(err)
         raise UnreadableImageError(f"cannot read {path} ({why})") from None
     if upright.mode.startswith("I") or upright.mode == "F":  # PIL's own conversion would clip these at 255
-        upright = Image.fromarray(to_8_bits(np.asarray(upright, dtype=np.float64), floats=upright.mode == "F"))
+        # Floats in [0, 1] are multiplied by 255. Integers in 0..65535 are divided by the largest value of the
+        # smallest bit depth (8, 10, 12, 14 or 16) that holds their maximum: a 12-bit camera's 4095 in a 16-bit PNG
+        # becomes 255 (a very dark true 16-bit image comes out brighter). The rest is stretched from min..max.
+        values = np.asarray(upright, dtype=np.float64)
+        low, high = float(values.min()), float(values.max())
+        if upright.mode == "F" and low >= 0 and high <= 1:
+            low, scale = 0.0, 255
+        elif upright.mode != "F" and low >= 0 and high <= 65535:
+            low, scale = 0.0, 255 / next(2**bits - 1 for bits in (8, 10, 12, 14, 16) if high < 2**bits)
+        else:
+            scale = 255 / ((high - low) or 1)
+        upright = Image.fromarray(((values - low) * scale).round().astype(np.uint8))
     if upright.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in upright.info:
         rgba = upright.convert("RGBA")
         upright = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
     return upright.convert("L" if channels == 1 else "RGB")  # CMYK, palette, YCbCr, 1-bit, ...: PIL's conversions
 
 
-def to_8_bits(values: np.ndarray, *, floats: bool) -> np.ndarray:
-    """Pixel values of an integer (mode I, I;16) or float (mode F) image as uint8, scaled to what they hold.
-
-    Floats in [0, 1] are multiplied by 255. Integers in 0..65535 are divided by the largest value
-    of the smallest bit depth that holds their maximum, 8, 10, 12, 14 or 16 bits: a 12-bit
-    camera's 4095 stored in a 16-bit PNG becomes 255, a 16-bit file's 65535 too. The file does not
-    say which depth its sensor had, so a true 16-bit image that is very dark (nothing above 4095)
-    comes out brighter than it was. Anything else (floats beyond [0, 1], integers below 0 or above
-    65535) is stretched from its own minimum..maximum to 0..255; a constant image of such values is black.
-    """
-    low, high = float(values.min()), float(values.max())
-    if floats and low >= 0 and high <= 1:
-        return (values * 255).round().astype(np.uint8)
-    if not floats and low >= 0 and high <= 65535:
-        largest = next(2**bits - 1 for bits in (8, 10, 12, 14, 16) if high < 2**bits)
-        return (values * (255 / largest)).round().astype(np.uint8)
-    return ((values - low) * (255 / ((high - low) or 1))).round().astype(np.uint8)
-
-
 class SkipsUnreadable:
-    """What ImageFiles and ImagePatches share: files that cannot be read are flagged, named once, skipped.
+    """A dataset of files that flags, names once (on stderr) and skips the files it cannot read.
 
-    A subclass sets `root`, calls `track_unreadable()` once it knows its files, opens file
-    `index` with `open_file()` and reads items with `first_readable()`. A file that cannot be
-    read is named once, on stderr, and remembered in `unreadable` (a flag per file, in shared
-    memory so the loader's workers share it). Then, with `strict`, UnreadableImageError is
-    raised instead; with `substitute` (training) the next readable file takes its place, so
-    batches keep their size; otherwise (evaluation) the item is None, and collate_readable()
-    leaves it out.
+    A subclass sets `root`, calls track_unreadable() once it knows its files, opens file `index` with
+    open_file() and reads items with first_readable(). `unreadable` holds a flag per file, in shared
+    memory for the loader's workers. With `strict` an unreadable file raises UnreadableImageError; with
+    `substitute` (training) the next readable file takes its place; otherwise (evaluation) the item is None.
     """
 
     root: str
 
     def track_unreadable(self, num_files: int, *, strict: bool, substitute: bool) -> None:
-        """Start with no file flagged; `strict` and `substitute` as the class docstring says."""
+        """Start with no file flagged."""
         self.strict, self.substitute = strict, substitute
         self.unreadable = torch.zeros(num_files, dtype=torch.bool).share_memory_()
 

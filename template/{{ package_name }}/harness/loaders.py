@@ -1,10 +1,7 @@
-"""How batches reach the training loop, for any dataset: DataLoaders, unreadable files, a loading thread.
-
-The dataset module (data.py) builds the datasets and calls build_split_loaders() (or build_loader()); train.py iterates
-the loaders through background_batches(), and counts the files skipped with unreadable_flags().
-"""
+"""How batches reach the training loop, for any dataset: DataLoaders, unreadable files, a loading thread."""
 
 import contextlib
+import itertools
 import queue
 import threading
 from collections.abc import Iterator
@@ -16,16 +13,14 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from . import UsageError
 from .images import SkipsUnreadable
-from .samplers import Seeded, SeededSampler, shard_indices
+from .samplers import Seeded, SeededSampler
 
 
 def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **options: Any) -> DataLoader:
-    """Wrap a dataset in a DataLoader; `options` go to it (sampler, num_workers, pin_memory, collate_fn).
+    """A DataLoader; `options` go to it. Training drops the last incomplete batch (a batch of one breaks batch norm).
 
-    Training drops the last incomplete batch (a batch of one breaks batch norm); evaluation
-    keeps every sample that can be read (collate_readable), in order unless a sampler is given.
-    The loader's own generator seeds its workers, so creating an iterator draws nothing from
-    torch's global generator; workers stay alive across epochs instead of being forked again.
+    Evaluation keeps every sample that can be read (collate_readable). The loader's own generator
+    seeds its workers, so an iterator draws nothing from torch's global generator.
     """
     options.setdefault("collate_fn", None if train else collate_readable)
     options["persistent_workers"] = options.get("num_workers", 0) > 0
@@ -43,25 +38,21 @@ def build_split_loaders(
     world_size: int = 1,
     **options: Any,
 ) -> tuple[DataLoader, DataLoader]:
-    """Training loader (a new shuffle each epoch, each sample with its seed) and validation loader.
+    """Training loader (Seeded(train)'s items, batched by `collate_fn`) and validation loader; `options` go to both.
 
-    Training items are Seeded(train)'s (..., seed), batched by `collate_fn`. With world_size > 1
-    each process gets its share: training batches padded to the same count on every rank,
-    validation split without padding so each sample is counted once. `options` go to both
-    DataLoaders. Raises UsageError when a process's share is smaller than one batch.
+    With world_size > 1 each process gets its share: training padded to the same number of batches
+    on every rank, validation without padding so each sample is counted once (shards differ by one:
+    evaluation sums locally and reduces once). UsageError when a share is smaller than one batch.
     """
     sampler = SeededSampler(len(train), seed, rank, world_size)  # keys (index, seed)
-    val_sampler = shard_indices(len(val), rank, world_size) if world_size > 1 else None
+    val_sampler = range(rank, len(val), world_size) if world_size > 1 else None
     seeded = Seeded(train)  # items (..., seed)
     train_loader = build_loader(seeded, batch_size, sampler=sampler, train=True, collate_fn=collate_fn, **options)
     val_loader = build_loader(val, batch_size, sampler=val_sampler, **options)
     if len(train_loader) == 0:  # the last partial batch is dropped: a share smaller than a batch gives none
-        if world_size == 1:
-            raise UsageError(f"the training set has {len(train)} images, fewer than one batch of {batch_size}")
-        raise UsageError(
-            f"the training set has {len(train)} images, {sampler.num_samples} per process, "
-            f"fewer than one batch of {batch_size} (--batch-size is per process)"
-        )
+        share = f" {sampler.num_samples} per process," if world_size > 1 else ""
+        note = " (--batch-size is per process)" if world_size > 1 else ""
+        raise UsageError(f"the training set has {len(train)} images,{share} fewer than one batch of {batch_size}{note}")
     return train_loader, val_loader
 
 
@@ -78,12 +69,10 @@ def unreadable_flags(loader: DataLoader) -> torch.Tensor:
 
 
 def prefetch_depth(requested: int | None, device: torch.device, num_workers: int) -> int:
-    """Batches the BackgroundGenerator thread loads ahead: `requested`, else 2 where the thread pays, else 0.
+    """Batches the loading thread keeps ready: `requested`, else 2 where it pays (a GPU, num_workers 0), else 0.
 
-    It pays on a GPU with num_workers 0: the loop's thread would load each batch while the GPU
-    waits. On the CPU, torch's compute threads already use every core and a loading thread only
-    competes with them (it made the loop 6-20 % slower on 2 cores); with DataLoader workers, other
-    processes already load ahead.
+    On the CPU torch's compute threads already use every core (a loading thread made the loop 6-20 %
+    slower on 2 cores); DataLoader workers already load ahead.
     """
     if requested is not None:
         return requested
@@ -92,11 +81,10 @@ def prefetch_depth(requested: int | None, device: torch.device, num_workers: int
 
 @contextlib.contextmanager
 def background_batches(loader: DataLoader, depth: int) -> Iterator[Iterator]:
-    """Iterate `loader` in a BackgroundGenerator thread that keeps `depth` batches ready.
+    """Iterate `loader` in a BackgroundGenerator thread that keeps `depth` batches ready (0: in this thread).
 
-    depth 0 iterates in the caller's thread. On exit, even after a `break` or an exception,
-    the thread has ended, so no thread or loader iterator is left behind; an error raised
-    while loading is re-raised in the caller instead of hanging it.
+    On exit, even after a `break` or an exception, the thread has ended; an error raised while
+    loading is re-raised in the caller instead of hanging it.
     """
     if depth == 0:
         yield iter(loader)
@@ -105,10 +93,7 @@ def background_batches(loader: DataLoader, depth: int) -> Iterator[Iterator]:
 
     def produce() -> Iterator:
         try:
-            for batch in loader:
-                if stop.is_set():
-                    return
-                yield batch
+            yield from itertools.takewhile(lambda _: not stop.is_set(), loader)
         except Exception as err:  # noqa: BLE001 - handed to the consumer, which re-raises it (no batch is one)
             yield err
 

@@ -15,23 +15,19 @@ SCHEDULERS = ("none", "step", "cosine", "plateau")
 def param_groups(
     model: nn.Module, backbone: nn.Module | None, lr: float, weight_decay: float, backbone_lr_scale: float = 1.0
 ) -> list[dict]:
-    """Split trainable parameters into groups by (backbone or head) x (decayed or not).
+    """Split trainable parameters (frozen ones are in no group) by (backbone or head) x (decayed or not).
 
-    Biases and normalisation weights (every parameter with fewer than 2 dimensions) get no
-    weight decay: shrinking them towards zero only hurts. Backbone parameters train at
-    lr * backbone_lr_scale, which fine-tuning sets below 1 (a model without a backbone, None,
-    trains everything at `lr`). Head groups come first, so group 0 always runs at `lr` itself.
-    Frozen parameters (requires_grad False) are in no group.
+    Parameters with fewer than 2 dimensions (biases, norm weights) get no weight decay: shrinking them
+    only hurts. `backbone` (or None) trains at lr * backbone_lr_scale; head groups come first, so group 0
+    runs at `lr` itself.
     """
     backbone_ids = {id(p) for p in backbone.parameters()} if backbone is not None else set()
-    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}  # (in the backbone, decayed): parameters
     for param in model.parameters():
         if param.requires_grad:
             groups.setdefault((id(param) in backbone_ids, param.ndim >= 2), []).append(param)
-    rates = {False: lr, True: lr * backbone_lr_scale}  # head, backbone
-    decays = {False: 0.0, True: weight_decay}  # biases and norm weights, the rest
     return [
-        {"params": params, "lr": rates[in_backbone], "weight_decay": decays[decayed]}
+        {"params": params, "lr": lr * backbone_lr_scale if in_backbone else lr, "weight_decay": weight_decay * decayed}
         for (in_backbone, decayed), params in sorted(groups.items())
     ]
 
@@ -49,10 +45,10 @@ WEIGHT_DECAY = {"adamw": 0.05, "sgd": 1e-4}  # torchvision's: AdamW's decoupled 
 
 
 def plateau_patience(given: int | None, patience: int | None) -> int:
-    """--plateau-patience, or its default: 5 epochs, fewer when --patience would stop the run before the rate drops.
+    """--plateau-patience, or 5, fewer when --patience would stop the run before the rate drops.
 
-    ReduceLROnPlateau lowers the rate after patience + 1 epochs without progress; an early stop
-    comes after --patience such epochs. Two less than --patience lowers the rate once before it.
+    ReduceLROnPlateau lowers the rate after patience + 1 epochs without progress, an early stop comes after
+    --patience such epochs: two less than --patience lowers the rate once before it.
     """
     if given is not None:
         return given
@@ -72,12 +68,10 @@ def build_scheduler(
 ) -> LRScheduler | ReduceLROnPlateau:
     """The schedule for --scheduler.
 
-    none, step and cosine are stepped once per optimizer step (after optimizer.step()), with
-    a linear warm-up over the first warmup_epochs (half an epoch if None); plateau is stepped
-    once per epoch with the validation score and cuts the rate by gamma after `patience`
-    epochs without progress.
-    A LambdaLR, not torch's LinearLR, CosineAnnealingLR and StepLR in a SequentialLR: those save
-    their curve's length, so a run resumed with a new --epochs would keep the old curve.
+    none, step and cosine are stepped after each optimizer step, with a linear warm-up over warmup_epochs
+    (half an epoch if None); plateau once per epoch with the validation score (gamma after `patience` epochs
+    without progress). One LambdaLR, not torch's LinearLR, CosineAnnealingLR and StepLR in a SequentialLR:
+    those save their curve's length, so a run resumed with a new --epochs would keep the old curve.
     """
     if name == "plateau":
         if warmup_epochs:
@@ -100,14 +94,11 @@ def build_scheduler(
 
 
 class EMA(AveragedModel):
-    """Exponential moving average of a model's weights, for evaluating a smoother model than the last step's.
+    """Exponential moving average of a model's weights: torch's AveragedModel with its EMA rule, as in torchvision.
 
-    torch's AveragedModel with its EMA rule, as torchvision's references use it: update() after
-    every `every`-th optimizer step sets ema = decay * ema + (1 - decay) * weights for every
-    parameter and buffer (batch-norm statistics too); the first update copies the weights, so the
-    average never holds the random init, and frozen parameters stay as copied. `module` is the
-    averaged copy (eval mode, no gradients), `n_averaged` the number of updates (on the CPU:
-    AveragedModel copies it to the device, one wait per update; --ema-every K waits every K steps).
+    update() after every `every`-th optimizer step sets ema = decay * ema + (1 - decay) * weights for
+    every parameter and buffer; the first copies the weights (never the random init). `module` is the
+    average (eval mode, no gradients), `n_averaged` the number of updates (each waits for the device).
     """
 
     def __init__(self, model: nn.Module, decay: float, every: int = 1) -> None:

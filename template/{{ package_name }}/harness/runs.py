@@ -1,8 +1,4 @@
-"""Run directories: a fresh run's own folder, the run that --resume continues, and when it is done.
-
-A run writes everything (checkpoints, args.json, metrics.jsonl, TensorBoard's events) into one
-directory, `<output-dir>/<run-name>/`, and never into another run's.
-"""
+"""Run directories: a run writes everything into `<output-dir>/<run-name>/`, never into another run's."""
 
 import time
 from collections.abc import Collection
@@ -20,16 +16,13 @@ class RunFinished(Exception):  # noqa: N818 - not an error: the script says so a
 def find_run(
     output_dir: Path, run_name: str | None, resume: Path | None, auto_resume: bool, explicit: Collection[str] = ()
 ) -> tuple[Path, Path | None]:
-    """Return the run directory and the checkpoint to resume from (None for a fresh run).
+    """Return the run directory and the checkpoint to resume from (None for a fresh run); nothing is created.
 
-    A resumed run keeps writing into its checkpoint's directory: an --output-dir or --run-name
-    given with --resume (named in `explicit`, the flags given on the command line) must name
-    it. A fresh run never starts in a directory that already holds a checkpoint, so it cannot
-    overwrite one, nor in an existing directory of a given --run-name, except with
-    --auto-resume, which continues it. Nothing is created here: make_run_dir() does that once
-    the run is set up.
+    A resumed run writes into its checkpoint's directory: an --output-dir or --run-name given with
+    --resume (in `explicit`, the flags on the command line) must name it. A fresh run never starts in
+    a directory holding a checkpoint, nor in an existing one of a given --run-name but with --auto-resume.
     """
-    existing = next(folder for folder in (output_dir, *output_dir.parents) if folder.exists())
+    existing = next(folder for folder in (output_dir, *output_dir.parents) if folder.exists())  # the nearest
     if not existing.is_dir():
         where = "is a file" if existing == output_dir else f"is under {existing}, a file"
         raise UsageError(f"--output-dir {output_dir} {where}, not a directory")
@@ -68,7 +61,7 @@ def find_run(
 def open_run(
     output_dir: Path, run_name: str | None, resume: Path | None, auto_resume: bool, explicit: Collection[str] = ()
 ) -> tuple[Path, Path | None, dict[str, Any] | None]:
-    """find_run(), then read the checkpoint to resume from: (run directory, its path, its contents), or None twice."""
+    """find_run(), and the checkpoint's contents (None for a fresh run)."""
     run_dir, path = find_run(output_dir, run_name, resume, auto_resume, explicit)
     return run_dir, path, load(path) if path is not None else None
 
@@ -76,9 +69,8 @@ def open_run(
 def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:
     """Create a fresh run's directory, exclusively, so that no two runs ever share one; return it.
 
-    unique (a default, time-stamped name): when another run took the name first, take
-    <name>-2, <name>-3, ... instead. exist_ok (--auto-resume before a first checkpoint): the
-    directory belongs to this run already. Otherwise an existing directory is a UsageError.
+    unique (a default name): if another run took it first, take <name>-2, <name>-3, ... instead.
+    exist_ok (--auto-resume before a first checkpoint): it is this run's. Otherwise UsageError.
     """
     candidate, attempt = run_dir, 1
     while True:

@@ -1,9 +1,4 @@
-"""Samplers: which sample indices each process reads, in which order.
-
-Training shuffles anew each epoch and pads so every rank runs the same number of steps, and
-gives each sample the seed of its random augmentation, which Seeded sets while the sample is
-read; evaluation shards without padding so every sample is counted exactly once.
-"""
+"""Which samples each training process reads, in which order, each with the seed of its random augmentation."""
 
 import contextlib
 import itertools
@@ -16,13 +11,10 @@ from torch.utils.data import Dataset, DistributedSampler
 class SeededSampler(DistributedSampler):
     """DistributedSampler's shuffle, from any point of an epoch, each index with its augmentation seed.
 
-    A new shuffle each epoch, a pure function of (seed, epoch), split across ranks: every rank
-    gets num_samples = ceil(N / world_size) indices (the shuffled list is padded by wrapping
-    around), so all ranks run the same number of steps. Each index comes as the key (index,
-    sample_seed(seed, epoch, index)) for Seeded: the seed depends on nothing else (not on the
-    worker, the process or what ran before). `set_epoch(epoch, start)` skips the first `start`
-    keys of this rank's share, so a run interrupted mid-epoch resumes on exactly the batches it
-    had not seen, augmented as they would have been.
+    The shuffle is a pure function of (seed, epoch); every rank gets num_samples = ceil(N / world_size)
+    indices (padded by wrapping around), each as the key (index, sample_seed(seed, epoch, index)).
+    `set_epoch(epoch, start)` skips the first `start` keys, so a run interrupted mid-epoch resumes on
+    exactly the batches it had not seen, augmented as they would have been.
     """
 
     def __init__(self, size: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
@@ -30,7 +22,7 @@ class SeededSampler(DistributedSampler):
         self.start = 0
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
-        """Choose the epoch's permutation, and how many of this rank's indices to skip."""
+        """Choose the epoch's permutation, and how many of this rank's keys to skip."""
         super().set_epoch(epoch)
         self.start = start
 
@@ -50,22 +42,11 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return (x ^ (x >> 31)) >> 1
 
 
-def shard_indices(size: int, rank: int, world_size: int) -> range:
-    """Indices rank, rank + world_size, ... without padding, a DataLoader's sampler: evaluation sees every sample once.
-
-    Shards differ in length by at most one, so evaluation must not run collectives per batch;
-    it sums its results locally and reduces them once at the end.
-    """
-    return range(rank, size, world_size)
-
-
 class Seeded(Dataset):
-    """Reads `dataset[index]` for keys (index, seed) with torch's random numbers seeded by `seed`.
+    """Reads `dataset[index]` for keys (index, seed) under fixed_seed(seed); items are (image, label, seed).
 
-    torchvision's random transforms draw from torch's global generator; seeding it per sample
-    (and putting its state back afterwards) makes each sample's augmentation a function of its
-    seed alone, and leaves the training loop's own random numbers (dropout) untouched. Items are
-    (image, label, seed): BatchMix seeds the batch's mixing from them.
+    torchvision's random transforms draw from torch's global generator: seeded per sample, each
+    sample's augmentation is a function of its seed alone. BatchMix seeds a batch's mixing from the seeds.
     """
 
     def __init__(self, dataset: Dataset) -> None:
@@ -83,11 +64,7 @@ class Seeded(Dataset):
 
 @contextlib.contextmanager
 def fixed_seed(seed: int) -> Iterator[None]:
-    """Within the block, torch's global CPU generator starts from `seed`; afterwards it is as it was before."""
-    generator = torch.default_generator  # the CPU generator only: no CUDA call in a loader worker
-    state = generator.get_state()
-    generator.manual_seed(seed)
-    try:
+    """In the block torch's CPU generator (no CUDA call in loader workers) starts from `seed`; then it is restored."""
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
         yield
-    finally:
-        generator.set_state(state)

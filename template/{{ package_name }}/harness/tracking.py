@@ -1,8 +1,4 @@
-"""Run output: console lines, the tqdm bar, TensorBoard scalars and metrics.jsonl.
-
-Only the main process writes; on other processes every method is a no-op, so the training
-loop calls them unconditionally.
-"""
+"""Run output: console lines, the tqdm bar, TensorBoard and metrics.jsonl; only the main process writes."""
 
 import contextlib
 import json
@@ -41,72 +37,48 @@ class Window:
     compute_time: float = 0.0  # seconds spent on forward, backward and step
     started: float = field(default_factory=time.perf_counter)
 
-    @property
-    def efficiency(self) -> float:
-        """Compute efficiency: compute / (compute + data); near 1 means data loading keeps up."""
-        total = self.compute_time + self.data_time
-        return self.compute_time / total if total > 0 else 0.0
-
 
 class RunLogger:
-    """Writes what a run reports, on the main process only."""
+    """Writes what a run reports; on other processes than the main one every method does nothing."""
 
     def __init__(
-        self,
-        run_dir: Path,
-        main_process: bool,
-        progress: str = "auto",
-        world_size: int = 1,
-        accum_steps: int = 1,
-        resumed_step: int | None = None,
+        self, run_dir: Path, main: bool, progress: str, world_size: int, accum_steps: int, resumed_step: int | None
     ) -> None:
-        """`resumed_step`: the global step a resumed run continues from; what was logged after it is dropped."""
-        self.main_process = main_process
-        self.world_size = world_size
-        self.accum_steps = accum_steps
-        self.show_bar = main_process and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
-        self.run_dir = run_dir
-        self.metrics_file = run_dir / "metrics.jsonl"
-        self.writer = None
-        if not main_process:
+        """`main`: the main process; `progress`: auto, always or never; `resumed_step`: where a resumed run goes on.
+
+        What a crash logged after that step (rows logged again, a last line cut short by a kill) is
+        dropped from metrics.jsonl, and TensorBoard hides the older files' events from it on (purge_step).
+        """
+        self.main_process, self.world_size, self.accum_steps = main, world_size, accum_steps
+        self.show_bar = main and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
+        self.run_dir, self.metrics_file = run_dir, run_dir / "metrics.jsonl"
+        if not main:
             return
-        if resumed_step is not None:
-            self._drop_rows_after(resumed_step)
+        if resumed_step is not None and self.metrics_file.is_file():
+            text = self.metrics_file.read_text()
+            rows, kept = text.splitlines(), []
+            for row in rows:
+                with contextlib.suppress(ValueError, KeyError, TypeError):  # a line that is not a whole row is dropped
+                    if json.loads(row)["step"] <= resumed_step:
+                        kept.append(row + "\n")
+            if "".join(kept) != text:  # rows to drop, or a last row cut short just before its newline
+                write_atomic(self.metrics_file, lambda tmp: tmp.write_text("".join(kept)))
+            if dropped := len(rows) - len(kept):
+                self.print(f"dropped {dropped} rows logged after step {resumed_step} from {self.metrics_file}")
         with self._writing_events():
             run_dir.mkdir(parents=True, exist_ok=True)
-            # purge_step: TensorBoard hides the older files' events from this step on, the ones trained again.
             purge = None if resumed_step is None else resumed_step + 1
             self.writer = SummaryWriter(str(run_dir), purge_step=purge)
-
-    def _drop_rows_after(self, step: int) -> None:
-        """Rewrite metrics.jsonl without the rows logged after `step` and any line that is not a whole row.
-
-        Those are a crash's: rows the resumed run logs again, and a last line cut short by a kill mid-write.
-        """
-        if not self.metrics_file.is_file():
-            return
-        text = self.metrics_file.read_text()
-        rows, kept = text.splitlines(), []
-        for row in rows:
-            with contextlib.suppress(ValueError, KeyError, TypeError):  # a line that is not a whole row is dropped
-                if json.loads(row)["step"] <= step:
-                    kept.append(row + "\n")
-        if "".join(kept) != text:  # rows to drop, or a last row cut short just before its newline
-            write_atomic(self.metrics_file, lambda tmp: tmp.write_text("".join(kept)))
-        if len(kept) < len(rows):
-            self.print(f"dropped {len(rows) - len(kept)} rows logged after step {step} from {self.metrics_file}")
 
     def record_start(self, args: Any, model: nn.Module, device: torch.device, step: int) -> None:
         """Print and save the arguments and the environment; print the model's size and summary."""
         if not self.main_process:
             return
         name = "args.json" if step == 0 else f"args-resume-step{step}.json"  # never overwrite the first
-        arguments = json.dumps(vars(args), indent=2, default=str)
-        write_atomic(self.run_dir / name, lambda tmp: tmp.write_text(arguments + "\n"))
-        environment = json.dumps(runtime.environment(device), indent=2)
-        write_atomic(self.run_dir / "environment.json", lambda tmp: tmp.write_text(environment + "\n"))
-        self.print(f"arguments (saved to {self.run_dir / name}):\n{arguments}")
-        self.print(f"environment:\n{environment}")
+        for file, what in ((name, vars(args)), ("environment.json", runtime.environment(device))):
+            text = json.dumps(what, indent=2, default=str)
+            write_atomic(self.run_dir / file, lambda tmp, text=text: tmp.write_text(text + "\n"))
+            self.print(f"{file} (saved in {self.run_dir}):\n{text}")
         try:
             from torchinfo import summary  # optional: pip install torchinfo
 
@@ -114,8 +86,7 @@ class RunLogger:
         except ImportError:
             self.print(str(model))
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        total = sum(p.numel() for p in model.parameters())
-        self.print(f"parameters: {total:,} ({trainable:,} trainable)")
+        self.print(f"parameters: {sum(p.numel() for p in model.parameters()):,} ({trainable:,} trainable)")
 
     def print(self, message: str) -> None:
         """Print a line (without breaking the progress bar)."""
@@ -132,18 +103,18 @@ class RunLogger:
         `losses` holds each micro-batch's loss in the window (summed over processes). Raises
         NonFiniteLossError naming the first step whose loss is NaN or infinite.
         """
-        for k, value in enumerate(losses):
-            if not math.isfinite(value):
-                bad_step = window.first_step + k // self.accum_steps + 1
-                raise NonFiniteLossError(f"loss is {value} at step {bad_step} (epoch {epoch})")
+        if bad := [k for k, value in enumerate(losses) if not math.isfinite(value)]:
+            bad_step = window.first_step + bad[0] // self.accum_steps + 1
+            raise NonFiniteLossError(f"loss is {losses[bad[0]]} at step {bad_step} (epoch {epoch})")
         elapsed = time.perf_counter() - window.started
+        busy = window.compute_time + window.data_time
         values = {
             "loss": sum(losses) / (len(losses) * self.world_size),
             "lr": lr,
             "samples_per_s": window.samples * self.world_size / max(elapsed, 1e-9),
             "data_ms": 1000 * window.data_time / max(1, window.batches),
             "compute_ms": 1000 * window.compute_time / max(1, window.batches),
-            "compute_efficiency": window.efficiency,
+            "compute_efficiency": window.compute_time / busy if busy > 0 else 0.0,  # near 1: loading keeps up
         }
         summary = (
             f"loss {values['loss']:.4f}  lr {lr:.2e}  data {values['data_ms']:.1f}ms  "
@@ -159,15 +130,13 @@ class RunLogger:
         state: RunState,
         epochs: int,
         report: str,
-        logged: dict[str, dict[str, Any]],
+        logged: dict,
         unreadable: dict[str, int],
         seconds: float,
     ) -> None:
-        """Report a finished epoch: the task's account of its validation, and the files skipped.
+        """Report an epoch: `report` on the console, `logged` (values per split) in metrics.jsonl and TensorBoard.
 
-        `state` is the run's state after the epoch; `report` the validation's text for the console;
-        `logged` the values per split ("val", and "val_ema" for the moving average) for metrics.jsonl
-        and TensorBoard; `unreadable` the files skipped so far per split ({"unreadable_train": n, ...}).
+        `unreadable`: the files skipped so far per split ({"unreadable_train": n, ...}), logged with "val".
         """
         for split, values in logged.items():
             self.write(split, {**values, **(unreadable if split == "val" else {})}, state.global_step, state.epoch)
@@ -186,8 +155,8 @@ class RunLogger:
     def write(self, split: str, values: dict[str, Any], step: int, epoch: int) -> None:
         """Add scalars to TensorBoard as <split>/<name> and one JSON line to metrics.jsonl.
 
-        Raises OutputError if either cannot be written; metrics.jsonl then keeps only whole lines (it is
-        appended to, not replaced: rewriting it whole every line would take longer the longer the run).
+        OutputError if either cannot be written; metrics.jsonl then keeps only whole lines (it is appended
+        to: rewriting it whole every line would take longer the longer the run).
         """
         if not self.main_process:
             return
