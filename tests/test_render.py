@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 from conftest import render, run
@@ -60,6 +61,14 @@ def test_layout(project):
     assert len(room) <= 12, room
     harness = {p.stem for p in (package / "harness").glob("*.py")}
     assert {"checkpoint", "runs", "runtime", "tracking", "loaders", "samplers", "images", "downloads"} <= harness
+    # `pip install .` installs exactly the packages pyproject.toml names: every folder of the package.
+    setuptools = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {".".join(p.parent.relative_to(project).parts) for p in package.rglob("__init__.py")}
+    assert set(setuptools["packages"]) == folders
+    # The tests mirror the split: the harness's tests in tests/harness/.
+    assert {"test_checkpoint", "test_runs", "test_samplers"} <= {
+        p.stem for p in (project / "tests" / "harness").glob("*.py")
+    }
     assert (project / "slurm.sbatch").exists() == (multi_gpu == "ddp")
     assert ("nn.DataParallel(" in distributed) == (multi_gpu == "dataparallel")
     if multi_gpu == "none":
