@@ -25,9 +25,7 @@ from conftest import run_one_epoch
 
 
 def run_dir(args: list[str]) -> Path:
-    """<--output-dir>/<--run-name> of argv (the last of each, the ones argparse keeps)."""
-    flag = lambda name: args[len(args) - args[::-1].index(name)]  # noqa: E731
-    return Path(flag("--output-dir")) / flag("--run-name")
+    return Path(args[args.index("--output-dir") + 1]) / args[args.index("--run-name") + 1]
 
 
 def records(directory: Path, split: str) -> list[dict]:
