@@ -3,6 +3,7 @@
 import argparse
 import contextlib
 import copy
+import functools
 import math
 import os
 import platform
@@ -29,9 +30,9 @@ def resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise UsageError(f"--device {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps") from None
-    if device.type not in available:
-        raise UsageError(f"--device {name!r} is not supported; use auto, cpu, cuda, cuda:N or mps")
+        device = None
+    if device is None or device.type not in available:
+        raise UsageError(f"--device {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
     if not available[device.type]:
         raise UsageError(f"--device {name}: {device.type.upper()} is not available on this machine; use --device cpu")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
@@ -80,23 +81,21 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 
 class StopSignal:
-    """Record SIGINT and SIGTERM instead of dying mid-step, so training can save and exit cleanly.
+    """Record SIGINT and SIGTERM instead of dying mid-step, so that training can save and exit cleanly.
 
-    Use as a context manager around the training loop. poll() runs once per optimizer step and says whether to
-    stop now; settle() says whether a signal came at all (at the end of an epoch). `signal` is then the signal
-    to stop for. With a `vote` (distributed.StopVote: `vote(request, wait)`), every process learns of a signal
-    any of them received, and all stop at the same step.
-
-    A scheduler's SIGTERM often arrives twice (SLURM signals every process of a job step and torchrun forwards
-    it again), and so does Ctrl-C under torchrun: repeats never cut the save short. Only a second Ctrl-C,
-    pressed at least ESCALATE_AFTER seconds after the first signal, raises KeyboardInterrupt at once.
+    A context manager around the training loop. poll() (every process, once per optimizer step) says whether to
+    stop after this step; poll(wait=True) waits for every process's answer (end of an epoch). `signal` is then
+    the signal to stop for. `vote` (distributed.StopVote) shares each process's request with the others.
+    A scheduler's SIGTERM often arrives twice (SLURM signals every process and torchrun forwards it again), and
+    so does Ctrl-C under torchrun: repeats never cut the save short. Only a second Ctrl-C, pressed at least
+    ESCALATE_AFTER seconds after the first signal, raises KeyboardInterrupt at once.
     """
 
     ESCALATE_AFTER = 1.0  # seconds: a launcher's duplicate arrives within milliseconds, a person's second press later
 
-    def __init__(self, vote: Callable[[int, bool], int] | None = None) -> None:
+    def __init__(self, vote: Callable[[int, bool], int] = lambda request, wait: request) -> None:
         self.received: int | None = None  # the first signal this process received
-        self.signal: int | None = None  # the signal all processes stop for, once poll() or settle() agreed on one
+        self.signal: int | None = None  # the signal all processes stop for, once poll() agreed on one
         self.vote = vote
         self._first_at = 0.0
         self._previous: dict[int, Any] = {}
@@ -118,14 +117,9 @@ class StopSignal:
             raise KeyboardInterrupt
 
     def poll(self, wait: bool = False) -> bool:
-        """True when the run should stop after this step (called once per step, by every process)."""
-        request = self.received or 0  # a signal number, 0 for none
-        self.signal = (self.vote(request, wait) if self.vote is not None else request) or None
+        """True when the run should stop after this step: a signal came to any process (`wait`: up to now)."""
+        self.signal = self.vote(self.received or 0, wait) or None  # signal numbers, 0 for none
         return self.signal is not None
-
-    def settle(self) -> bool:
-        """True when any process has received a signal (blocks until all processes have said)."""
-        return self.poll(wait=True)
 
 
 def print_once(message: str, file: TextIO | None = None) -> None:
@@ -159,7 +153,7 @@ class ArgumentParser(argparse.ArgumentParser):
         given: Collection[str],
         may_change: Collection[str],
         ignore: Collection[str],
-        meaning: Callable[[str, Any, argparse.Namespace], Any] | None = None,
+        meaning: Callable[[str, Any, argparse.Namespace], Any] = lambda name, value, args: value,
     ) -> None:
         """Give `args` (this invocation's) the flags of the run it resumes, `saved` (its args as JSON), in place.
 
@@ -167,12 +161,16 @@ class ArgumentParser(argparse.ArgumentParser):
         Any other flag takes the saved value, and raises UsageError when given with one that means something
         else: both parsed alike (types, nargs, paths resolved), then through `meaning(name, value, args)`.
         """
+
+        def meant(name: str, value: Any) -> Any:
+            return meaning(name, value.expanduser().resolve() if isinstance(value, Path) else value, args)
+
         for action in self._actions:
             name = action.dest
             if name not in saved or name in ignore or (name in given and name in may_change):
                 continue
             value, now = _parsed(action, saved[name]), getattr(args, name)
-            if name in given and _meant(name, now, args, meaning) != _meant(name, value, args, meaning):
+            if name in given and meant(name, now) != meant(name, value):
                 flag = action.option_strings[-1]
                 raise UsageError(
                     f"{flag} {_show(now)} differs from the run's {_show(value)}: a resumed run keeps the flags it "
@@ -195,11 +193,6 @@ def _parsed(action: argparse.Action, value: Any) -> Any:
         return value
 
 
-def _meant(name: str, value: Any, args: argparse.Namespace, meaning: Callable | None) -> Any:
-    value = value.expanduser().resolve() if isinstance(value, Path) else value
-    return meaning(name, value, args) if meaning is not None else value
-
-
 def _show(value: Any) -> str:
     """A flag value as it is typed: 16,32,64 for --widths, 0.5 1.0 for two values."""
     if isinstance(value, (tuple, list)):
@@ -218,10 +211,9 @@ def in_range(
     kind: type, low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = False
 ) -> Callable[[str], Any]:
     """An argparse type: `kind` parsed from text, rejected unless finite and in [low, high] (open ends excluded)."""
+    bound = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
     if high == math.inf:
         bound = f"{'>' if low_open else '>='} {low}"
-    else:
-        bound = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
 
     def parse(text: str) -> Any:
         value = kind(text)
@@ -235,14 +227,8 @@ def in_range(
     return parse
 
 
-def positive(kind: type) -> Callable[[str], Any]:
-    """An argparse type: `kind` parsed from text, rejected unless finite and > 0."""
-    return in_range(kind, 0, low_open=True)
-
-
-def non_negative(kind: type) -> Callable[[str], Any]:
-    """An argparse type: `kind` parsed from text, rejected unless finite and >= 0."""
-    return in_range(kind, 0)
+positive = functools.partial(in_range, low=0, low_open=True)  # positive(int): an argparse type for values > 0
+non_negative = functools.partial(in_range, low=0)  # non_negative(float): for values >= 0
 
 
 def int_list(text: str) -> tuple[int, ...]:
