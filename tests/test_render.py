@@ -65,7 +65,7 @@ def test_layout(project):
     folders = {".".join(p.parent.relative_to(project).parts) for p in package.rglob("__init__.py")}
     assert set(yaml.safe_load(packages.group(1))) == folders
     # The tests mirror the split: the harness's tests in tests/harness/.
-    assert {"test_checkpoint", "test_runs", "test_samplers"} <= {
+    assert {"test_checkpoint", "test_runs", "test_runtime", "test_samplers"} <= {
         p.stem for p in (project / "tests" / "harness").glob("*.py")
     }
     assert (project / "slurm.sbatch").exists() == (multi_gpu == "ddp")
