@@ -48,11 +48,7 @@ class DataSplits(NamedTuple):
 
 
 class ImageFiles(SkipsUnreadable, datasets.ImageFolder):
-    """ROOT/<class>/<image> as (image, class index) items, read with images.read_image().
-
-    Unreadable files are skipped as SkipsUnreadable says: with `strict` they raise UnreadableImageError,
-    with `substitute` (training) the next readable file takes their place, otherwise their item is None.
-    """
+    """ROOT/<class>/<image> as (image, class index) items; unreadable files are skipped as SkipsUnreadable says."""
 
     def __init__(self, root: str, transform: v2.Compose, *, strict: bool = False, substitute: bool = False) -> None:
         super().__init__(root, transform=transform)
@@ -90,8 +86,7 @@ def build_split(
     """The train split (augmented as `augment` says) or the validation split, preprocessed as `prep` says.
 
     Only this split's files are read: evaluating needs no training data. Raises UsageError on a
-    missing or empty source. An image folder's unreadable files are skipped (training reads the
-    next file in their place), or with `strict` raise images.UnreadableImageError.
+    missing or empty source. `strict`: an unreadable image file raises images.UnreadableImageError.
     """
     if download and name not in TORCHVISION_DATASETS:
         raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")

@@ -104,13 +104,14 @@ def choose(backbone: str, weights: str, img_size: int | None) -> tuple[Weights |
         prep = transforms.from_checkpoint(resolved.state)
     elif resolved is not None and backbone != BUILTIN:
         given = (resolved.enum or torchvision.models.get_model_weights(backbone).DEFAULT).transforms()
-        size = (given.crop_size[0], given.resize_size[0])
-        prep = Preprocessing(*size, given.mean, given.std, given.interpolation.value, channels=3)
+        crop, resize = given.crop_size[0], given.resize_size[0]
+        prep = Preprocessing(crop, resize, given.mean, given.std, given.interpolation.value, channels=3)
     else:
         prep = Preprocessing(crop_size=32, channels=None if backbone == BUILTIN else 3)  # pretrained networks: RGB
-    if img_size is not None and prep.resize_size is not None:
-        prep = dataclasses.replace(prep, resize_size=round(img_size * prep.resize_size / prep.crop_size))
-    return resolved, prep if img_size is None else dataclasses.replace(prep, crop_size=img_size)
+    if img_size is not None:
+        resize = None if prep.resize_size is None else round(img_size * prep.resize_size / prep.crop_size)
+        prep = dataclasses.replace(prep, crop_size=img_size, resize_size=resize)
+    return resolved, prep
 
 
 def fetch(weights: Weights) -> dict[str, Any]:
@@ -125,7 +126,7 @@ def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], co
     UsageError naming the first one. The old head is dropped, except a train.py checkpoint's
     with the same classes (training on from an earlier fine-tuning run).
     """
-    state, keep_head = network_state(weights, contents, network, config, classes)
+    state, keep_head = _network_state(weights, contents, network, config, classes)
     state = {key: value for key, value in state.items() if keep_head or not key.startswith("head.")}
     own = {key: value for key, value in network.state_dict().items() if keep_head or not key.startswith("head.")}
     vit, key = getattr(network, "backbone", None), "backbone.encoder.pos_embedding"
@@ -150,7 +151,7 @@ def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], co
     return f"loaded {weights.source} into the {config.backbone} backbone, with {head}"
 
 
-def network_state(
+def _network_state(
     weights: Weights, contents: dict[str, Any], network: nn.Module, config: Any, classes: list[str]
 ) -> tuple[dict[str, torch.Tensor], bool]:
     """The tensors under the network's own names (backbone.*, head.*), and whether the head fits."""

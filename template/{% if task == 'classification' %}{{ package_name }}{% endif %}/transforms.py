@@ -73,25 +73,22 @@ def build_transforms(
 ) -> v2.Compose:
     """The pipeline from a PIL image or uint8 tensor to a normalised float tensor (C, crop, crop).
 
-    Without `augment` (evaluation): resize (the whole image to the crop size, or the shorter side
-    to resize_size and then the centre crop). With it (training): a random crop of the same scale
-    instead of the centre (or, with resized_crop, a random area and aspect ratio resized to the
-    crop size), flips, an automatic augmentation policy on the uint8 image, random erasing on
-    the normalised one. `gray`: the images have one channel, made three when prep.channels is 3.
-    `sized`: the images are uint8 tensors of crop x crop already (the built-in shapes), so the
-    conversion and the resize of the whole image are left out: no-ops that cost as much as a flip.
+    Without `augment` (evaluation) the same for every call; with it (training) random as Augmentation
+    says, a random crop taking the centre crop's place. `gray`: the images have one channel, made
+    three when prep.channels is 3. `sized`: the images are uint8 tensors of crop x crop already (the
+    built-in shapes), so the conversion and the resize are left out: no-ops that cost as much as a flip.
     """
     interpolation = v2.InterpolationMode(prep.interpolation)
     size = (prep.crop_size, prep.crop_size)
     steps: list[Any] = [] if sized else [v2.ToImage()]
     if gray and prep.channels == 3:
         steps.append(v2.RGB())  # a pretrained network wants three channels: repeat the gray one
-    if augment is not None and augment.resized_crop is not None:
+    if augment is not None and augment.resized_crop is not None:  # a random area and aspect ratio, resized
         steps.append(v2.RandomResizedCrop(size, augment.resized_crop, interpolation=interpolation, antialias=True))
-    elif prep.resize_size is not None:
+    elif prep.resize_size is not None:  # the shorter side to resize_size, then a crop
         steps.append(v2.Resize(prep.resize_size, interpolation=interpolation, antialias=True))
         steps.append(v2.CenterCrop(size) if augment is None else v2.RandomCrop(size))
-    elif not sized:
+    elif not sized:  # the whole image squashed to the crop size
         steps.append(v2.Resize(size, interpolation=interpolation, antialias=True))
     if augment is not None:
         steps += [RandomFlip(p, dim) for p, dim in ((augment.hflip, -1), (augment.vflip, -2)) if p > 0]
@@ -101,7 +98,7 @@ def build_transforms(
             policy = {"trivialaugment": v2.TrivialAugmentWide, "autoaugment": v2.AutoAugment, "augmix": v2.AugMix}
             steps.append(policy[augment.auto_augment](interpolation=interpolation))
     steps.append(Normalize(prep.mean, prep.std))
-    if augment is not None and augment.erasing > 0:
+    if augment is not None and augment.erasing > 0:  # on the normalised image
         steps.append(v2.RandomErasing(augment.erasing))
     return v2.Compose(steps)
 
