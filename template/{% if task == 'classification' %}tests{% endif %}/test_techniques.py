@@ -58,6 +58,7 @@ def train(train_script, argv: list[str], prepare=None):
     if prepare is not None:
         prepare(session)
     with session.logger:
+        session.logger.record_start(args, session.model, session.device, state.global_step)
         assert train_script.fit(session, state, args) == 0
     losses = [record["loss"] for record in records(session.run_dir)]
     assert losses and all(math.isfinite(loss) for loss in losses)
@@ -186,16 +187,6 @@ def test_plateau_and_patience_follow_the_score_and_act_when_it_stalls(
     assert len(records(session.run_dir, "val")) == len(rates)
 
 
-@pytest.mark.parametrize(("optimizer", "decay"), [("adamw", 0.05), ("sgd", 1e-4)])
-def test_weight_decay_defaults_to_the_optimizers_usual_value(train_script, tiny_args, optimizer, decay):
-    """AdamW's decoupled decay and SGD's L2 penalty differ in scale: torchvision's defaults, saved with the run.
-    Biases and norms get none (optim.param_groups, tested in test_optim.py)."""
-    assert train_script.main([*tiny_args, "--optimizer", optimizer, "--max-steps-per-epoch", "1"]) == 0
-    saved = torch.load(run_dir(tiny_args) / "last.pt", weights_only=True)
-    assert {group["weight_decay"] for group in saved["optimizer"]["param_groups"]} == {0.0, decay}
-    assert json.loads((run_dir(tiny_args) / "args.json").read_text())["weight_decay"] == decay
-
-
 @pytest.mark.parametrize("clip", [None, 0.01])
 def test_clip_grad_norm_bounds_the_step(train_script, tiny_args, clip):
     """Plain SGD at lr 1 moves the weights by exactly the gradient: with clipping its norm is the limit."""
@@ -240,15 +231,22 @@ def test_the_loss_flags_reach_the_models_loss(train_script, tiny_args, flags, ex
     torch.testing.assert_close(model.loss(logits, targets), expected(logits, targets))
 
 
-def test_backbone_lr_scale_and_the_logged_peak_rate(train_script, tiny_args):
-    flags = ["--lr", "0.1", "--backbone-lr-scale", "0.25", "--scheduler", "none", "--warmup-epochs", "0"]
-    session, _ = train(train_script, [*tiny_args, *flags, "--max-steps-per-epoch", "1"])
+@pytest.mark.parametrize(("optimizer", "decay"), [("adamw", 0.05), ("sgd", 1e-4)])
+def test_backbone_lr_scale_the_logged_peak_rate_and_the_optimizers_usual_weight_decay(
+    train_script, tiny_args, optimizer, decay
+):
+    """AdamW's decoupled decay and SGD's L2 penalty differ in scale: torchvision's defaults, saved with the run.
+    Biases and norms get none, the backbone its scaled rate (optim.param_groups: test_optim.py)."""
+    flags = ["--optimizer", optimizer, "--lr", "0.1", "--backbone-lr-scale", "0.25", "--scheduler", "none"]
+    session, _ = train(train_script, [*tiny_args, *flags, "--warmup-epochs", "0", "--max-steps-per-epoch", "1"])
     rates = {id(param): group["lr"] for group in session.optimizer.param_groups for param in group["params"]}
     backbone = {id(param) for param in session.model.backbone.parameters()}
     assert backbone and set(rates) - backbone  # a backbone and a head
     for key, rate in rates.items():
         assert rate == pytest.approx(0.025 if key in backbone else 0.1)
     assert records(session.run_dir)[0]["lr"] == pytest.approx(0.1)  # the peak rate, not the backbone's
+    assert {group["weight_decay"] for group in session.optimizer.param_groups} == {0.0, decay}
+    assert json.loads((session.run_dir / "args.json").read_text())["weight_decay"] == decay
 
 
 def test_frozen_backbone_is_left_out_and_unchanged(train_script, tiny_args):
