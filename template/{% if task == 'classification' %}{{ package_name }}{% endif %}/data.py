@@ -1,10 +1,11 @@
-"""The dataset module: datasets and loaders (their transforms: transforms.py; samplers: samplers.py).
+"""The dataset module: the datasets training and evaluation read (transforms: transforms.py).
 
 Three sources, chosen with train.py's --dataset:
   shapes        built-in synthetic coloured shapes; no download, learnable in about a minute
   imagefolder   DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg (selected by --data-dir DIR alone);
                 files that cannot be read are skipped (images.py)
   cifar10, mnist, fashionmnist   torchvision datasets under --data-dir, fetched only with --download
+The loaders are harness.loaders.build_split_loaders(), with transforms.BatchMix to collate training batches.
 """
 
 import contextlib
@@ -12,15 +13,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from torchvision import datasets
 from torchvision.transforms import v2
 
 from . import UsageError
 from .harness.images import SkipsUnreadable
-from .harness.loaders import build_split_loaders
 from .shapes import SHAPES, SyntheticShapes
-from .transforms import Augmentation, BatchMix, Preprocessing, build_transforms
+from .transforms import Augmentation, Preprocessing, build_transforms
 
 DATASETS = ("shapes", "imagefolder", "cifar10", "mnist", "fashionmnist")
 TORCHVISION_DATASETS = {
@@ -48,12 +48,7 @@ class DataSplits(NamedTuple):
 
 
 class ImageFiles(SkipsUnreadable, datasets.ImageFolder):
-    """ROOT/<class>/<image> as (image, class index) items, read with images.read_image().
-
-    Files that cannot be read are skipped as SkipsUnreadable says: with `strict` they raise
-    UnreadableImageError, with `substitute` (training) the next readable file takes their
-    place, otherwise (evaluation) their item is None.
-    """
+    """ROOT/<class>/<image> as (image, class index) items; unreadable files are skipped as SkipsUnreadable says."""
 
     def __init__(self, root: str, transform: v2.Compose, *, strict: bool = False, substitute: bool = False) -> None:
         super().__init__(root, transform=transform)
@@ -88,12 +83,10 @@ def build_split(
     train_size: int = 12_000,
     val_size: int = 2_000,
 ) -> Split:
-    """Build the train split (augmented as `augment` says, if given) or the validation split, and only that one.
+    """The train split (augmented as `augment` says) or the validation split, preprocessed as `prep` says.
 
-    Only this split's files are read: evaluating needs no training data. Images are preprocessed
-    as `prep` says. Raises UsageError on a missing or empty source. An image folder's unreadable
-    files are skipped (training reads the next file in their place), or with `strict` raise
-    images.UnreadableImageError.
+    Only this split's files are read: evaluating needs no training data. Raises UsageError on a
+    missing or empty source. `strict`: an unreadable image file raises images.UnreadableImageError.
     """
     if download and name not in TORCHVISION_DATASETS:
         raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
@@ -120,11 +113,9 @@ def build_split(
     return Split(dataset, list(dataset.classes), prep.channels or channels)
 
 
-def build_datasets(
-    name: str, data_dir: Path | None, prep: Preprocessing, *, augment: Augmentation | None = None, **options: Any
-) -> DataSplits:
-    """The train (augmented) and validation splits, built by build_split() with its `options`; with the same classes."""
-    train = build_split(name, data_dir, prep, train=True, augment=augment or Augmentation(), **options)
+def build_datasets(name: str, data_dir: Path | None, prep: Preprocessing, **options: Any) -> DataSplits:
+    """The train and validation splits, built by build_split() with its keyword `options`; with the same classes."""
+    train = build_split(name, data_dir, prep, train=True, **options)
     val = build_split(name, data_dir, prep, train=False, **options)
     if train.classes != val.classes:
         raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
@@ -152,34 +143,3 @@ def _torchvision_dataset(name: str, data_dir: Path, train: bool, transform: v2.C
         raise UsageError(
             f"the download of {name} failed ({reason}); check the network, or put the files under {data_dir} yourself"
         ) from None
-
-
-def build_loaders(
-    splits: DataSplits,
-    batch_size: int,
-    *,
-    seed: int,
-    num_workers: int = 0,
-    pin_memory: bool = False,
-    mixup_alpha: float = 0.0,
-    cutmix_alpha: float = 0.0,
-    rank: int = 0,
-    world_size: int = 1,
-) -> tuple[DataLoader, DataLoader]:
-    """Training loader (a new shuffle each epoch, seeded augmentation, optional mixup/cutmix) and validation loader.
-
-    With world_size > 1 each process gets its share: training batches padded to the same
-    count on every rank, validation split without padding so each sample is counted once.
-    """
-    mix = BatchMix(len(splits.classes), mixup_alpha, cutmix_alpha)  # items (image, label, seed) into batches
-    return build_split_loaders(
-        splits.train,
-        splits.val,
-        batch_size,
-        seed=seed,
-        collate_fn=mix,
-        rank=rank,
-        world_size=world_size,
-        num_workers=num_workers,
-        pin_memory=pin_memory,
-    )

@@ -6,6 +6,7 @@ A file is a state_dict (.pt/.pth), or a checkpoint written by train.py.
 """
 
 import argparse
+import dataclasses
 import difflib
 import os
 from pathlib import Path
@@ -42,6 +43,11 @@ class Weights(NamedTuple):
     name: str  # what --weights is saved as: IMAGENET1K_V2 (never DEFAULT, whose meaning changes), or the path
     enum: Any = None  # a torchvision WeightsEnum member
     state: dict[str, Any] | None = None
+
+
+def _names_file(weights: str) -> bool:
+    path = Path(weights).expanduser()
+    return path.suffix in (".pt", ".pth") or os.sep in weights or path.exists()
 
 
 def resolve(backbone: str, weights: str) -> Weights | None:
@@ -85,28 +91,27 @@ def weights_id(backbone: str, weights: str) -> str:
         return weights
 
 
-def _names_file(weights: str) -> bool:
-    path = Path(weights).expanduser()
-    return path.suffix in (".pt", ".pth") or os.sep in weights or path.exists()
-
-
 def choose(backbone: str, weights: str, img_size: int | None) -> tuple[Weights | None, Preprocessing]:
     """The weights a fresh run starts from (resolve()), and how it feeds images, at --img-size when given.
 
     torchvision weights bring their preprocessing (weights.transforms()); a train.py checkpoint
     brings the one it saved; a plain state_dict is taken to come from the architecture's default
-    torchvision weights. Without weights: images squashed to 32x32, scaled to [-1, 1].
+    torchvision weights. Without weights: images squashed to 32x32, scaled to [-1, 1]. At another
+    --img-size the resize keeps its ratio to the crop (232/224 -> 37/32).
     """
     resolved = resolve(backbone, weights)
-    channels = None if backbone == BUILTIN else 3  # pretrained networks take RGB
     if resolved is not None and resolved.state is not None and "model_config" in resolved.state:
         prep = transforms.from_checkpoint(resolved.state)
     elif resolved is not None and backbone != BUILTIN:
-        enum = resolved.enum or torchvision.models.get_model_weights(backbone).DEFAULT
-        prep = transforms.from_weights(enum.transforms(), channels)
+        given = (resolved.enum or torchvision.models.get_model_weights(backbone).DEFAULT).transforms()
+        crop, resize = given.crop_size[0], given.resize_size[0]
+        prep = Preprocessing(crop, resize, given.mean, given.std, given.interpolation.value, channels=3)
     else:
-        prep = Preprocessing(crop_size=32, channels=channels)
-    return resolved, prep if img_size is None else prep.resized(img_size)
+        prep = Preprocessing(crop_size=32, channels=None if backbone == BUILTIN else 3)  # pretrained networks: RGB
+    if img_size is not None:
+        resize = None if prep.resize_size is None else round(img_size * prep.resize_size / prep.crop_size)
+        prep = dataclasses.replace(prep, crop_size=img_size, resize_size=resize)
+    return resolved, prep
 
 
 def fetch(weights: Weights) -> dict[str, Any]:
@@ -122,8 +127,15 @@ def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], co
     with the same classes (training on from an earlier fine-tuning run).
     """
     state, keep_head = _network_state(weights, contents, network, config, classes)
-    state = _fit_position_embedding(network, {k: v for k, v in state.items() if keep_head or not k.startswith("head.")})
+    state = {key: value for key, value in state.items() if keep_head or not key.startswith("head.")}
     own = {key: value for key, value in network.state_dict().items() if keep_head or not key.startswith("head.")}
+    vit, key = getattr(network, "backbone", None), "backbone.encoder.pos_embedding"
+    if isinstance(vit, torchvision.models.VisionTransformer) and key in state:
+        # Trained at another image size: the position embedding is interpolated to this one (kept at the same size).
+        resize = torchvision.models.vision_transformer.interpolate_embeddings
+        state[key] = resize(vit.image_size, vit.patch_size, {"encoder.pos_embedding": state[key]})[
+            "encoder.pos_embedding"
+        ]
     fits = f"--weights {weights.source} does not fit --backbone {config.backbone}"
     for key, tensor in own.items():
         if key not in state:
@@ -163,16 +175,3 @@ def _network_state(
     # A torchvision model's own state_dict: its final layer (fc, classifier.1, ...) is the one the network replaced.
     dropped = (f"{network.classifier_name}.", *AUX_HEADS) if hasattr(network, "classifier_name") else AUX_HEADS
     return {f"backbone.{key}": value for key, value in state.items() if not key.startswith(dropped)}, False
-
-
-def _fit_position_embedding(network: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A vision transformer trained at another image size: interpolate its position embedding to this one."""
-    backbone, key = getattr(network, "backbone", None), "backbone.encoder.pos_embedding"
-    if not isinstance(backbone, torchvision.models.VisionTransformer) or key not in state:
-        return state
-    if state[key].shape == backbone.encoder.pos_embedding.shape:
-        return state
-    resized = torchvision.models.vision_transformer.interpolate_embeddings(
-        backbone.image_size, backbone.patch_size, {"encoder.pos_embedding": state[key]}
-    )
-    return {**state, key: resized["encoder.pos_embedding"]}

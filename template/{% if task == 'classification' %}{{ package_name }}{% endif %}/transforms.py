@@ -18,7 +18,6 @@ from torchvision.transforms import v2
 from . import UsageError
 from .harness.samplers import fixed_seed
 
-INTERPOLATIONS = {mode.value: mode for mode in v2.InterpolationMode}
 AUTO_AUGMENT = ("none", "trivialaugment", "randaugment", "autoaugment", "augmix")
 
 
@@ -41,23 +40,6 @@ class Preprocessing:
     def to_dict(self) -> dict[str, Any]:
         """Plain types only, so torch.load(weights_only=True) can read it back."""
         return asdict(self)
-
-    def resized(self, crop_size: int) -> "Preprocessing":
-        """The same pipeline at another crop size; the resize keeps its ratio to the crop (232/224 -> 37/32)."""
-        resize = None if self.resize_size is None else round(crop_size * self.resize_size / self.crop_size)
-        return Preprocessing(crop_size, resize, self.mean, self.std, self.interpolation, self.channels)
-
-
-def from_weights(transforms: Any, channels: int = 3) -> Preprocessing:
-    """The evaluation preprocessing of torchvision weights, from their `weights.transforms()`."""
-    return Preprocessing(
-        crop_size=transforms.crop_size[0],
-        resize_size=transforms.resize_size[0],
-        mean=tuple(transforms.mean),
-        std=tuple(transforms.std),
-        interpolation=transforms.interpolation.value,
-        channels=channels,
-    )
 
 
 def from_checkpoint(state: dict[str, Any]) -> Preprocessing:
@@ -91,38 +73,32 @@ def build_transforms(
 ) -> v2.Compose:
     """The pipeline from a PIL image or uint8 tensor to a normalised float tensor (C, crop, crop).
 
-    Without `augment` (evaluation): resize (the whole image to the crop size, or the shorter side
-    to resize_size and then the centre crop). With it (training): a random crop of the same scale
-    instead of the centre (or, with resized_crop, a random area and aspect ratio resized to the
-    crop size), flips, an automatic augmentation policy on the uint8 image, random erasing on
-    the normalised one. `gray`: the images have one channel, made three when prep.channels is 3.
-    `sized`: the images are uint8 tensors of crop x crop already (the built-in shapes), so the
-    conversion and the resize of the whole image are left out: no-ops that cost as much as a flip.
+    Without `augment` (evaluation) the same for every call; with it (training) random as Augmentation
+    says, a random crop taking the centre crop's place. `gray`: the images have one channel, made
+    three when prep.channels is 3. `sized`: the images are uint8 tensors of crop x crop already (the
+    built-in shapes), so the conversion and the resize are left out: no-ops that cost as much as a flip.
     """
-    interpolation = INTERPOLATIONS[prep.interpolation]
+    interpolation = v2.InterpolationMode(prep.interpolation)
     size = (prep.crop_size, prep.crop_size)
     steps: list[Any] = [] if sized else [v2.ToImage()]
     if gray and prep.channels == 3:
         steps.append(v2.RGB())  # a pretrained network wants three channels: repeat the gray one
-    if augment is not None and augment.resized_crop is not None:
+    if augment is not None and augment.resized_crop is not None:  # a random area and aspect ratio, resized
         steps.append(v2.RandomResizedCrop(size, augment.resized_crop, interpolation=interpolation, antialias=True))
-    elif prep.resize_size is None:
-        steps += [] if sized else [v2.Resize(size, interpolation=interpolation, antialias=True)]
-    else:
+    elif prep.resize_size is not None:  # the shorter side to resize_size, then a crop
         steps.append(v2.Resize(prep.resize_size, interpolation=interpolation, antialias=True))
         steps.append(v2.CenterCrop(size) if augment is None else v2.RandomCrop(size))
+    elif not sized:  # the whole image squashed to the crop size
+        steps.append(v2.Resize(size, interpolation=interpolation, antialias=True))
     if augment is not None:
-        steps += [RandomFlip(augment.hflip, dim=-1)] if augment.hflip > 0 else []
-        steps += [RandomFlip(augment.vflip, dim=-2)] if augment.vflip > 0 else []
-        policies = {
-            "trivialaugment": lambda: v2.TrivialAugmentWide(interpolation=interpolation),
-            "randaugment": lambda: v2.RandAugment(magnitude=augment.magnitude, interpolation=interpolation),
-            "autoaugment": lambda: v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET, interpolation=interpolation),
-            "augmix": lambda: v2.AugMix(interpolation=interpolation),
-        }
-        steps += [policies[augment.auto_augment]()] if augment.auto_augment != "none" else []
+        steps += [RandomFlip(p, dim) for p, dim in ((augment.hflip, -1), (augment.vflip, -2)) if p > 0]
+        if augment.auto_augment == "randaugment":  # the policies work on uint8 images
+            steps.append(v2.RandAugment(magnitude=augment.magnitude, interpolation=interpolation))
+        elif augment.auto_augment != "none":  # autoaugment's policy: ImageNet's, torchvision's default
+            policy = {"trivialaugment": v2.TrivialAugmentWide, "autoaugment": v2.AutoAugment, "augmix": v2.AugMix}
+            steps.append(policy[augment.auto_augment](interpolation=interpolation))
     steps.append(Normalize(prep.mean, prep.std))
-    if augment is not None and augment.erasing > 0:
+    if augment is not None and augment.erasing > 0:  # on the normalised image
         steps.append(v2.RandomErasing(augment.erasing))
     return v2.Compose(steps)
 
@@ -130,14 +106,12 @@ def build_transforms(
 class RandomFlip:
     """Flip an image tensor (C, H, W) along `dim` (-1 horizontal, -2 vertical) with probability p.
 
-    v2.RandomHorizontalFlip and v2.RandomVerticalFlip for tensors, with their draw
-    (torch.rand(1) < p, from the same generator), so the same images flip; on 32-pixel
-    images their per-call dispatch costs five times the flip itself.
+    v2.RandomHorizontalFlip and v2.RandomVerticalFlip for tensors, with their draw (torch.rand(1) < p),
+    so the same images flip; on 32-pixel images their per-call dispatch costs five times the flip itself.
     """
 
     def __init__(self, p: float, dim: int) -> None:
-        self.p = p
-        self.dim = dim
+        self.p, self.dim = p, dim
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         """The image flipped, or the image itself."""
@@ -147,14 +121,14 @@ class RandomFlip:
 class Normalize:
     """uint8 image (C, H, W) -> float32 (image / 255 - mean) / std: v2.ToDtype(scale=True) and v2.Normalize in one.
 
-    One fused multiply-add instead of two transforms of four operations: on small images each
-    operation's dispatch costs more than its arithmetic, and the pair cost more than anything else
-    a built-in training image went through. Float images are taken as in [0, 1].
+    One fused multiply-add into a new tensor: on small images each operation's dispatch costs more
+    than its arithmetic, and the pair cost more than anything else a built-in training image went
+    through. Float images are taken as in [0, 1].
     """
 
     def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        self.scale = 1.0 / torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)  # (C or 1, 1, 1)
-        self.shift = -torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1) * self.scale  # (C or 1, 1, 1)
+        self.scale = 1.0 / torch.tensor(std).view(-1, 1, 1)  # (C or 1, 1, 1)
+        self.shift = -torch.tensor(mean).view(-1, 1, 1) * self.scale  # (C or 1, 1, 1)
         self.uint8_scale = self.scale / 255
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,7 @@
-"""The built-in dataset: coloured geometric shapes, rendered on the fly from a seed.
+"""The built-in dataset: coloured geometric shapes, rendered from a seed; no download and no files.
 
-No download and no files: item i depends only on (seed, i), so every process and worker
-renders the same image. Six classes a small network learns to about 99% in a few minutes on
-a CPU, while the noise and random colours keep it from being trivial.
+Six classes a small network learns to about 99% in a few minutes on a CPU, while the noise and
+random colours keep it from being trivial.
 """
 
 import torch
@@ -16,21 +15,18 @@ MAX_RENDERED_BYTES = 256 * 2**20
 
 
 class SyntheticShapes(Dataset):
-    """Coloured shapes at random positions, sizes and colours on a noisy background.
+    """Item i: (uint8 image (3, S, S), label i % 6), a coloured shape on a noisy background from (seed, i) alone.
 
-    Item i is a (uint8 image (3, S, S), label) pair that depends only on (seed, i), so any
-    process or worker renders the same sample; labels cycle through SHAPES, so classes are
-    balanced. Different seeds give disjoint-looking splits (train and val use different seeds).
-    Drawing an image costs more than a small network's step on it, so a split that fits in
-    MAX_RENDERED_BYTES is drawn once, when the dataset is made (about 1 s for 14,000 images at 32
-    pixels), and each epoch reads it from memory.
+    So any process or worker renders the same sample, classes are balanced, and other seeds give
+    other images (train and val use different seeds). Drawing an image costs more than a small
+    network's step on it, so a split that fits in MAX_RENDERED_BYTES is drawn once, up front
+    (about 1 s for 14,000 images at 32 pixels). `textures`: render_shape's noise, gradient, stripes.
     """
 
     def __init__(
         self, size: int, img_size: int, seed: int, transform: v2.Transform | None = None, **textures: float
     ) -> None:
-        self.size, self.img_size, self.seed, self.transform = size, img_size, seed, transform
-        self.textures = textures  # render_shape's noise, gradient and stripes: see there
+        self.size, self.img_size, self.seed, self.transform, self.textures = size, img_size, seed, transform, textures
         self.classes = list(SHAPES)
         fits = size * 3 * img_size * img_size <= MAX_RENDERED_BYTES
         self.images = torch.stack([self.render(index) for index in range(size)]) if fits else None  # (N, 3, S, S)
@@ -41,9 +37,7 @@ class SyntheticShapes(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         # A copy of the stored image, so no transform can write into the stored one.
         image = self.render(index) if self.images is None else self.images[index].clone()
-        if self.transform is not None:
-            image = self.transform(image)
-        return image, index % len(SHAPES)
+        return image if self.transform is None else self.transform(image), index % len(SHAPES)
 
     def render(self, index: int) -> torch.Tensor:
         """Draw item `index`'s image, uint8 (3, S, S), from its own generator."""
@@ -52,13 +46,7 @@ class SyntheticShapes(Dataset):
 
 
 def render_shape(
-    shape: str,
-    img_size: int,
-    gen: torch.Generator,
-    *,
-    noise: float = 0.2,
-    gradient: float = 0.0,
-    stripes: float = 0.0,
+    shape: str, img_size: int, gen: torch.Generator, *, noise: float = 0.2, gradient: float = 0.0, stripes: float = 0.0
 ) -> torch.Tensor:
     """Draw one shape with a random centre, size and colour; returns uint8 (3, img_size, img_size).
 
