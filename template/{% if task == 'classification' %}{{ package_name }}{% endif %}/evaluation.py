@@ -23,13 +23,11 @@ def evaluate(
     channels_last: bool = False,
     mistakes: int = 0,
 ) -> dict[str, torch.Tensor]:
-    """Run the model over `loader` in eval mode; return summed cross-entropy and confusion matrix.
+    """Run the model over `loader` in eval mode (its mode restored after); return summed cross-entropy and confusion.
 
-    Sums rather than means, so several processes can add theirs up before summarize(). With
-    `mistakes` > 0 also the most confidently wrong images, on the CPU: "mistake_images" (M, C, H, W),
-    "mistake_targets", "mistake_predictions" and "mistake_confidence" (M,), most confident first,
-    M <= mistakes (the keys are missing when the loader held no image). The model's train/eval
-    mode is restored on return.
+    Sums, so that processes can add theirs up before summarize(). With `mistakes` > 0 also the most
+    confidently wrong images, on the CPU, most confident first: "mistake_images" (M, C, H, W),
+    "mistake_targets", "mistake_predictions", "mistake_confidence" (M,), M <= mistakes (no keys without images).
     """
     was_training = model.training
     model.eval()
@@ -88,8 +86,8 @@ def predict(
 def preview_batch(dataset: Dataset, count: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
     """`count` readable items spread evenly over an evaluation dataset: (images (N, C, H, W), labels (N,)).
 
-    The same images every time, so that pictures of them can be compared from epoch to epoch.
-    Unreadable files (items None) are passed over; UsageError if the dataset has no readable item.
+    The same every time, so that pictures compare from epoch to epoch. Unreadable items (None) are
+    passed over; UsageError if none is readable.
     """
     spread = torch.linspace(0, len(dataset) - 1, min(count, len(dataset))).round().long().unique().tolist()
     rest = (index for index in range(len(dataset)) if index not in spread)  # read only if some were unreadable
