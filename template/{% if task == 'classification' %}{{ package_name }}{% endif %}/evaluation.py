@@ -98,19 +98,18 @@ def preview_batch(dataset: Dataset, count: int = 16) -> tuple[torch.Tensor, torc
     return default_collate(readable)
 
 
-def summarize(sums: dict[str, torch.Tensor], class_names: list[str] | None = None) -> dict[str, Any]:
+def summarize(sums: dict[str, torch.Tensor], classes: list[str]) -> dict[str, Any]:
     """Mean loss, accuracy, and per-class precision, recall and F1 from evaluate()'s sums."""
     confusion = sums["confusion"].cpu()
     count = int(confusion.sum())
     precision, recall, f1 = precision_recall_f1(confusion)
-    names = class_names or [str(i) for i in range(confusion.shape[0])]
     return {
         "samples": count,
         "loss": float(sums["loss_sum"]) / max(1, count),
         "accuracy": float(confusion.diag().sum()) / max(1, count),
         "per_class": {
             name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
-            for name, p, r, f, s in zip(names, precision, recall, f1, confusion.sum(dim=1), strict=True)
+            for name, p, r, f, s in zip(classes, precision, recall, f1, confusion.sum(dim=1), strict=True)
         },
         "confusion_matrix": confusion.tolist(),
     }
