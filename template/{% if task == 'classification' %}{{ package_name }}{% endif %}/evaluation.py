@@ -27,7 +27,7 @@ def evaluate(
 
     Sums, so that processes can add theirs up before summarize(). With `mistakes` > 0 also the most
     confidently wrong images, on the CPU, most confident first: "mistake_images" (M, C, H, W),
-    "mistake_targets", "mistake_predictions", "mistake_confidence" (M,), M <= mistakes (no keys without images).
+    "mistake_targets", "mistake_predictions", "mistake_confidence" (M,), M <= mistakes (none if no image).
     """
     was_training = model.training
     model.eval()
