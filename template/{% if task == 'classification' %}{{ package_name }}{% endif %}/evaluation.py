@@ -23,13 +23,11 @@ def evaluate(
     channels_last: bool = False,
     mistakes: int = 0,
 ) -> dict[str, torch.Tensor]:
-    """Run the model over `loader` in eval mode; return summed cross-entropy and confusion matrix.
+    """Run the model over `loader` in eval mode (its mode restored after); return summed cross-entropy and confusion.
 
-    Sums rather than means, so several processes can add theirs up before summarize(). With
-    `mistakes` > 0 also the most confidently wrong images, on the CPU: "mistake_images" (M, C, H, W),
-    "mistake_targets", "mistake_predictions" and "mistake_confidence" (M,), most confident first,
-    M <= mistakes (the keys are missing when the loader held no image). The model's train/eval
-    mode is restored on return.
+    Sums, so that processes can add theirs up before summarize(). With `mistakes` > 0 also the most
+    confidently wrong images, on the CPU, most confident first: "mistake_images" (M, C, H, W),
+    "mistake_targets", "mistake_predictions", "mistake_confidence" (M,), M <= mistakes (none if no image).
     """
     was_training = model.training
     model.eval()
@@ -88,8 +86,8 @@ def predict(
 def preview_batch(dataset: Dataset, count: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
     """`count` readable items spread evenly over an evaluation dataset: (images (N, C, H, W), labels (N,)).
 
-    The same images every time, so that pictures of them can be compared from epoch to epoch.
-    Unreadable files (items None) are passed over; UsageError if the dataset has no readable item.
+    The same every time, so that pictures compare from epoch to epoch. Unreadable items (None) are
+    passed over; UsageError if none is readable.
     """
     spread = torch.linspace(0, len(dataset) - 1, min(count, len(dataset))).round().long().unique().tolist()
     rest = (index for index in range(len(dataset)) if index not in spread)  # read only if some were unreadable
@@ -100,19 +98,18 @@ def preview_batch(dataset: Dataset, count: int = 16) -> tuple[torch.Tensor, torc
     return default_collate(readable)
 
 
-def summarize(sums: dict[str, torch.Tensor], class_names: list[str] | None = None) -> dict[str, Any]:
+def summarize(sums: dict[str, torch.Tensor], classes: list[str]) -> dict[str, Any]:
     """Mean loss, accuracy, and per-class precision, recall and F1 from evaluate()'s sums."""
     confusion = sums["confusion"].cpu()
     count = int(confusion.sum())
     precision, recall, f1 = precision_recall_f1(confusion)
-    names = class_names or [str(i) for i in range(confusion.shape[0])]
     return {
         "samples": count,
         "loss": float(sums["loss_sum"]) / max(1, count),
         "accuracy": float(confusion.diag().sum()) / max(1, count),
         "per_class": {
             name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
-            for name, p, r, f, s in zip(names, precision, recall, f1, confusion.sum(dim=1), strict=True)
+            for name, p, r, f, s in zip(classes, precision, recall, f1, confusion.sum(dim=1), strict=True)
         },
         "confusion_matrix": confusion.tolist(),
     }

@@ -1,8 +1,7 @@
 """Pictures of what the model does, for a person to look at: labelled images and a confusion matrix.
 
-Drawn with PIL and torchvision.utils alone. train.py logs both to TensorBoard once per epoch
-(not every step: writing images is slow and the event file grows with each); test.py saves
-them as PNG files next to its report.
+train.py logs both to TensorBoard once per epoch (writing images is slow and the event file grows
+with each); test.py saves them as PNG files next to its report.
 """
 
 import torch
@@ -42,8 +41,8 @@ def prediction_grid(
 ) -> Image.Image:
     """Model inputs (N, C, H, W) in a grid, each scaled to TILE pixels above its true and predicted class.
 
-    Tiles of wrong predictions get a red border and red text; right ones green text. Small
-    images are scaled up with nearest neighbours, so that their pixels stay visible.
+    Wrong predictions get a red border and red text, right ones green text. Small images are
+    scaled up with nearest neighbours, so that their pixels stay visible.
     """
     font, tiles = ImageFont.load_default(), []
     rows = zip(displayable(images, prep), targets.tolist(), predictions.tolist(), confidence.tolist(), strict=True)
@@ -65,10 +64,9 @@ def prediction_grid(
 def confusion_image(confusion: torch.Tensor, names: list[str]) -> Image.Image:
     """The confusion matrix (K, K) (rows: true class, columns: predicted) as two panels side by side.
 
-    Left: the counts; right: each row divided by its total (the recall on the diagonal). Cells
-    are shaded by the row-normalised value, class names run along both axes. Past MATRIX_LIMIT
-    classes only the most_confused() ones are drawn, which the titles say, so the picture
-    stays readable and at most about 2900 x 1400 pixels.
+    Left the counts, right each row divided by its total; cells shaded by the latter. Past
+    MATRIX_LIMIT classes only the most_confused() ones are drawn (the titles say so): at most
+    about 2900 x 1400 pixels.
     """
     confusion = confusion.detach().cpu().to(torch.int64)
     shown = torch.tensor(most_confused(confusion))  # (k,) with k <= MATRIX_LIMIT

@@ -1,7 +1,7 @@
-"""Losses, each an nn.Module so it moves with the model and can live inside it.
+"""Losses beyond torch's own, each an nn.Module so it moves with the model and can live inside it.
 
-Both take class indices (N,) or class probabilities (N, C), which mixup and cutmix produce, and
-label-smooth either kind by `label_smoothing`. They compute in float32: stable under autocast.
+Like nn.CrossEntropyLoss, they take class indices (N,) or class probabilities (N, C), which mixup
+and cutmix produce, and label-smooth either kind by `label_smoothing`.
 """
 
 import torch
@@ -11,23 +11,11 @@ from torch import nn
 from .ops import smooth_labels
 
 
-class SoftTargetCrossEntropy(nn.Module):
-    """Cross-entropy of logits (N, C) against indices (N,) or probabilities (N, C); the mean, 0-dim."""
-
-    def __init__(self, label_smoothing: float = 0.0) -> None:
-        super().__init__()
-        self.label_smoothing = label_smoothing
-
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the loss of logits (N, C) against targets (N,) or (N, C)."""
-        return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
-
-
 class FocalLoss(nn.Module):
     """Focal loss (Lin et al., 2017): cross-entropy scaled by (1 - p) ** gamma; the mean, 0-dim.
 
     It down-weights examples the model already gets right; gamma = 0 is plain cross-entropy.
-    The loss and its gradient are finite for every gamma >= 0, even where p == 1.
+    The loss and its gradient are finite for every gamma >= 0, even where p == 1, for float32 logits.
     """
 
     min_one_minus_p = 1e-12  # the weight's floor; see forward()
@@ -40,7 +28,7 @@ class FocalLoss(nn.Module):
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Compute the loss of logits (N, C) against targets (N,) or (N, C)."""
         targets = smooth_labels(targets, logits.shape[1], self.label_smoothing)  # (N, C)
-        log_probs = F.log_softmax(logits.float(), dim=1)  # (N, C)
+        log_probs = F.log_softmax(logits, dim=1)  # (N, C)
         # 1 - p as -expm1(log p) keeps its precision where p is near 1. The clamp keeps the
         # derivative of pow, gamma * (1 - p) ** (gamma - 1), finite for 0 < gamma < 1: at p == 1
         # it is infinite, and infinity times log p == 0 makes the gradient NaN. The clamp changes
