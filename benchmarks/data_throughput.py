@@ -12,14 +12,14 @@ The pipelines, each read through a DataLoader with the same batch size, shuffle 
 
   generated    the rendered classification project's training loader, built as train.py builds it
                (task.prepare, task.build_datasets, task.build_loaders) from
-               --data-dir DIR --img-size 224 --random-resized-crop 0.08 1: read_image (decode,
-               EXIF turn, mode checks), RandomResizedCrop 224, flip, normalise, per-sample seeds.
+               --data-dir DIR --img-size 224 --random-resized-crop 0.08 1: read_image (TorchCodec
+               for JPEGs, EXIF turn), RandomResizedCrop 224 on the tensor, flip, normalise, per-sample seeds.
   torchvision  torchvision's references/classification: ImageFolder (PIL), RandomResizedCrop 224
                and RandomHorizontalFlip on the PIL image, PILToTensor, ToDtype(float32, scale=True),
                Normalize.
   decode-pil   decoding alone, the limit for PIL on this machine: Image.open, convert("RGB"),
                PILToTensor; nothing else.
-  decode-tvio  decoding alone with torchvision.io.decode_jpeg (libjpeg-turbo), for comparison.
+  decode-torchcodec  decoding alone with TorchCodec's decode_jpeg, which read_image() uses for JPEGs.
 
 Method: the pipelines alternate in one process, in a random order in every round; a run reads one
 epoch (every image once) and its speed counts from its first batch to its last, so starting the
@@ -45,8 +45,8 @@ from typing import Any
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
+from torchcodec.decoders import decode_jpeg
 from torchvision import datasets
-from torchvision import io as tvio
 from torchvision.transforms import v2
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def make_photos(root: Path, count: int, seed: int = 0) -> None:
 
 
 class Decoded(Dataset):
-    """Decoding alone: each file as a uint8 tensor (3, H, W), by PIL or by torchvision.io."""
+    """Decoding alone: each file as a uint8 tensor (3, H, W), by PIL or by TorchCodec."""
 
     def __init__(self, root: Path, decoder: str) -> None:
         self.files = sorted(str(path) for path in root.rglob("*.jpg"))
@@ -100,8 +100,8 @@ class Decoded(Dataset):
         return len(self.files)
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        if self.decoder == "tvio":
-            return tvio.decode_jpeg(tvio.read_file(self.files[index]), mode=tvio.ImageReadMode.RGB)
+        if self.decoder == "torchcodec":
+            return decode_jpeg(self.files[index], mode="RGB")
         with Image.open(self.files[index]) as image:
             return v2.functional.pil_to_tensor(image.convert("RGB"))
 
@@ -187,7 +187,7 @@ def measure(opts: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "generated": lambda w: generated_loader(train, task, data_dir, opts.batch_size, w),
         "torchvision": lambda w: torchvision_loader(root, opts.batch_size, w),
         "decode-pil": lambda w: decode_loader(root, "pil", opts.batch_size, w),
-        "decode-tvio": lambda w: decode_loader(root, "tvio", opts.batch_size, w),
+        "decode-torchcodec": lambda w: decode_loader(root, "torchcodec", opts.batch_size, w),
     }
     rng = random.Random(0)
     results = {}
@@ -211,7 +211,7 @@ def measure(opts: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 
 def table(results: dict[str, Any]) -> str:
-    names = ("generated", "torchvision", "decode-pil", "decode-tvio")
+    names = ("generated", "torchvision", "decode-pil", "decode-torchcodec")
     lines = ["| workers | " + " | ".join(names) + " | generated / torchvision |", "|---:|" + "---:|" * (len(names) + 1)]
     for workers, row in results.items():
         speeds = " | ".join(f"{row['images_per_s'][name]:.0f}" for name in names)

@@ -9,11 +9,10 @@ samplers.Seeded seeds it per training sample, samplers.fixed_seed per validation
 from pathlib import Path
 
 import torch
-from PIL import Image
 from torch.utils.data import Dataset, default_collate
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import InterpolationMode
-from torchvision.transforms.v2.functional import pil_to_tensor, resize
+from torchvision.transforms.v2.functional import resize
 
 from . import UsageError
 from .degradations import Degradation, degrade
@@ -39,9 +38,9 @@ def degraded_pair(clean: torch.Tensor, d: Degradation, train: bool, val_seed: in
     return degrade(clean, d), clean
 
 
-def to_float(image: Image.Image) -> torch.Tensor:
-    """A PIL image as a float tensor (C, H, W) in [0, 1]."""
-    return pil_to_tensor(image).float() / 255
+def to_float(image: torch.Tensor) -> torch.Tensor:
+    """A uint8 image (C, H, W), as images.read_image() gives it, as a float tensor (C, H, W) in [0, 1]."""
+    return image.float() / 255
 
 
 class DegradedShapes(Dataset):
@@ -111,7 +110,7 @@ class ImagePatches(SkipsUnreadable, Dataset):
         if image is None:
             return None
         size = self.patch_size
-        if min(image.size) < size:
+        if min(image.shape[-2:]) < size:
             image = resize(image, [size], InterpolationMode.BICUBIC)  # the shorter side becomes `size`
         crop = v2.RandomCrop(size) if self.train else v2.CenterCrop(size)  # RandomCrop draws from the global generator
         return to_float(crop(image))  # (3, P, P)
