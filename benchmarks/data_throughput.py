@@ -1,7 +1,7 @@
 """Training images per second: the generated project's dataset and loader against torchvision's own pipeline.
 
-    python benchmarks/data_throughput.py                          # the README's table, about 10 minutes on 2 cores
-    python benchmarks/data_throughput.py --quick --json out.json  # about a minute: tests/test_benchmarks.py
+    python benchmarks/data_throughput.py --images 448 --rounds 3  # the README's table, about a minute on 2 cores
+    python benchmarks/data_throughput.py --quick --json out.json  # about 15 seconds: tests/test_benchmarks.py
 
 The photographs: JPEG files of ImageNet's usual size (500 x 375 or 375 x 500, quality 90), cut
 at random places, scales and aspect ratios out of the colour photographs scikit-image ships
