@@ -99,7 +99,8 @@ def test_a_run_writes_its_files_and_test_py_evaluates_the_moving_average(finishe
     assert {"args.json", "environment.json", "metrics.jsonl", "last.pt", "best.pt"} <= names
     assert {name for name in names if name.startswith("epoch-")} == {"epoch-2.pt", "epoch-3.pt"}  # --keep-epochs 2
     assert any(name.startswith("events.out.tfevents") for name in names)
-    assert json.loads((directory / "args.json").read_text())["batch_size"] == 16
+    saved = json.loads((directory / "args.json").read_text())
+    assert saved["batch_size"] == 16 and saved["num_workers"] == 0  # the built-in shapes are in memory
     assert all(0.0 <= r["compute_efficiency"] <= 1.0 for r in records(directory, "train"))
     state = torch.load(directory / "last.pt", weights_only=True)
     assert state["run_state"]["epoch"] == 3 and state["run_state"]["global_step"] == 18  # 96 images / 16, 3 times
@@ -347,14 +348,15 @@ def test_the_same_command_line_again_continues_the_run_and_unreadable_images_are
 ):
     """What slurm.sbatch and a torchrun restart do: the whole command again, with --auto-resume. Every kind of
     flag: two values (nargs), a comma list, a relative path, choices, booleans, a number spelled otherwise. The
-    folder has images of every mode and three unreadable files: with two loader workers each is named once, the
-    epoch lines and metrics.jsonl count them, the checkpoints are whole; the folder is recorded as such, and
-    test.py evaluates its validation split and lists the one there; --strict-data stops at the first, in one line."""
+    folder has images of every mode and three unreadable files: with loader workers (image files' default) each
+    is named once, the epoch lines and metrics.jsonl count them, the checkpoints are whole; the folder is recorded
+    as such, and test.py evaluates its validation split and lists the one there; --strict-data stops at the
+    first, in one line."""
     monkeypatch.chdir(tmp_path)
     bad = messy_image_folder(Path("data"))  # relative paths, as the flag gives them
     argv = ["--device", "cpu", "--data-dir", "./data", "--img-size", "16", "--widths", "8,16", "--batch-size", "6",
             "--random-resized-crop", "0.5", "1", "--auto-augment", "trivialaugment", "--optimizer", "sgd",
-            "--lr", "1e-2", "--channels-last", "--epochs", "2", "--num-workers", "2", "--progress", "never",
+            "--lr", "1e-2", "--channels-last", "--epochs", "2", "--progress", "never",
             "--output-dir", "runs", "--run-name", "job-17", "--auto-resume"]  # fmt: skip
     assert train_script.main(argv) == 0
     out, err = capfd.readouterr()
@@ -369,6 +371,7 @@ def test_the_same_command_line_again_continues_the_run_and_unreadable_images_are
     state = torch.load(tmp_path / "runs" / "job-17" / "last.pt", weights_only=True)
     assert state["run_state"]["epoch"] == 3 and state["run_state"]["global_step"] == 9  # 16 images in batches of 6
     assert state["classes"] == ["dark", "light"] and state["args"]["dataset"] == "imagefolder"  # what was used
+    assert state["args"]["num_workers"] >= 1  # the default for image files, as used
 
     assert test_script.main(["runs/job-17", "--device", "cpu", "--json", "report.json"]) == 0
     report = json.loads((tmp_path / "report.json").read_text())

@@ -2,6 +2,7 @@
 
 import contextlib
 import itertools
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,18 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
     options.setdefault("collate_fn", None if train else collate_readable)
     options["persistent_workers"] = options.get("num_workers", 0) > 0
     return DataLoader(dataset, batch_size, drop_last=train, generator=torch.Generator().manual_seed(0), **options)
+
+
+def default_workers(dataset: Dataset) -> int:
+    """DataLoader workers for `dataset` when --num-workers is not given: none for data in memory.
+
+    A dataset of image files (SkipsUnreadable) decodes every image: it gets the cores this process
+    may use, shared among the processes torchrun started on this node, at most 8.
+    """
+    if not isinstance(dataset, SkipsUnreadable):
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
 
 
 def build_split_loaders(
