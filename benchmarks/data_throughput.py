@@ -28,28 +28,24 @@ worker processes is not counted. The reported figure is the median over rounds, 
 """
 
 import argparse
-import importlib.util
 import json
-import os
-import platform
 import random
 import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
+from loop_overhead import REPO, import_train, machine, render
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchcodec.decoders import decode_jpeg
 from torchvision import datasets
 from torchvision.transforms import v2
 
-REPO = Path(__file__).resolve().parents[1]
 PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field", "retina")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -135,16 +131,6 @@ def decode_loader(root: Path, decoder: str, batch_size: int, workers: int) -> Da
     return DataLoader(dataset, batch_size, shuffle=True, num_workers=workers, collate_fn=count_images, drop_last=True)
 
 
-def import_project(project: Path) -> tuple[ModuleType, ModuleType]:
-    """The rendered project's train.py and its task module."""
-    sys.path.insert(0, str(project))
-    spec = importlib.util.spec_from_file_location("generated_train", project / "train.py")
-    train = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = train
-    spec.loader.exec_module(train)
-    return train, train.task
-
-
 def generated_loader(train: ModuleType, task: ModuleType, data_dir: Path, batch_size: int, workers: int) -> DataLoader:
     """The training loader train.py builds from these flags (its first epoch's shuffle)."""
     flags = ["--data-dir", str(data_dir), "--img-size", "224", "--random-resized-crop", "0.08", "1"]
@@ -167,21 +153,13 @@ def images_per_second(loader: DataLoader) -> float:
     return seen / (time.perf_counter() - start)
 
 
-def render(dst: Path) -> Path:
-    from copier import run_copy
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # copier's DirtyLocalWarning: measuring the working tree is the point
-        run_copy(str(REPO), dst, data={"task": "classification"}, defaults=True, vcs_ref="HEAD", quiet=True)
-    return dst
-
-
 def measure(opts: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     data_dir = workdir / "photos"
     make_photos(data_dir / "train", opts.images)
     make_photos(data_dir / "val", max(len(PHOTOS), opts.images // 10), seed=1)
-    project = opts.project or render(workdir / "project")
-    train, task = import_project(project)
+    project = opts.project or render(REPO, workdir / "project", task="classification")
+    train = import_train(project)
+    task = train.task
     root = data_dir / "train"
     builders = {
         "generated": lambda w: generated_loader(train, task, data_dir, opts.batch_size, w),
@@ -234,12 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": opts.rounds,
         "quick": opts.quick,
         "workers": results,
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch": torch.__version__,
-            "load_average_1min": round(os.getloadavg()[0], 2),
-        },
+        "machine": machine(),
         "seconds": round(time.perf_counter() - started, 1),
     }
     sizes = f"{opts.images} JPEGs of 500 x 375, batch {opts.batch_size}, {opts.rounds} rounds"
