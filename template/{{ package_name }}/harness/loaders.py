@@ -28,12 +28,14 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
     return DataLoader(dataset, batch_size, drop_last=train, generator=torch.Generator().manual_seed(0), **options)
 
 
-def default_workers(dataset: Dataset) -> int:
-    """DataLoader workers for `dataset` when --num-workers is not given: none for data in memory.
+def num_workers(requested: int | None, dataset: Dataset) -> int:
+    """DataLoader workers for `dataset`: `requested`, else what the data needs (none for data in memory).
 
     A dataset of image files (SkipsUnreadable) decodes every image: it gets the cores this process
     may use, shared among the processes torchrun started on this node, at most 8.
     """
+    if requested is not None:
+        return requested
     if not isinstance(dataset, SkipsUnreadable):
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
