@@ -58,7 +58,7 @@ def train(train_script, argv: list[str], prepare=None):
     if prepare is not None:
         prepare(session)
     with session.logger:
-        session.logger.record_start(args, session.model, session.device, state.global_step)
+        session.logger.record_start(args, session.model, session.device, state.global_step, [])
         assert train_script.fit(session, state, args) == 0
     losses = [record["loss"] for record in records(session.run_dir)]
     assert losses and all(math.isfinite(loss) for loss in losses)

@@ -2,13 +2,17 @@
 
 Three sources, chosen with train.py's --dataset:
   shapes        built-in synthetic coloured shapes; no download, learnable in about a minute
-  imagefolder   DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg (selected by --data-dir DIR alone);
-                files that cannot be read are skipped (images.py)
+  imagefolder   DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg, or DIR/<class>/*.jpg with a validation
+                split held out (selected by --data-dir DIR alone)
+  csv           image files listed with their labels in --labels FILE.csv (selected by --labels alone);
+                in both, files that cannot be read are skipped (images.py)
   cifar10, mnist, fashionmnist   torchvision datasets under --data-dir, fetched only with --download
 The loaders are harness.loaders.build_split_loaders(), with transforms.BatchMix to collate training batches.
 """
 
 import contextlib
+import csv
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -19,10 +23,11 @@ from torchvision.transforms import v2
 
 from . import UsageError
 from .harness.images import SkipsUnreadable
+from .harness.samplers import hold_out
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, Preprocessing, build_transforms
 
-DATASETS = ("shapes", "imagefolder", "cifar10", "mnist", "fashionmnist")
+DATASETS = ("shapes", "imagefolder", "csv", "cifar10", "mnist", "fashionmnist")
 TORCHVISION_DATASETS = {
     "cifar10": (datasets.CIFAR10, 3),  # the class and its images' channels
     "mnist": (datasets.MNIST, 1),
@@ -36,6 +41,7 @@ class Split(NamedTuple):
     dataset: Dataset
     classes: list[str]
     in_channels: int
+    held_out: list[str] = []  # the validation images when the project chose them (a run saves the list)
 
 
 class DataSplits(NamedTuple):
@@ -45,14 +51,20 @@ class DataSplits(NamedTuple):
     val: Dataset
     classes: list[str]
     in_channels: int
+    held_out: list[str] = []  # as Split's
 
 
-class ImageFiles(SkipsUnreadable, datasets.ImageFolder):
-    """ROOT/<class>/<image> as (image, class index) items; unreadable files are skipped as SkipsUnreadable says."""
+class ImageFiles(SkipsUnreadable, Dataset):
+    """(path, class index) `samples` as (image, class index) items; unreadable files skipped as SkipsUnreadable says."""
 
-    def __init__(self, root: str, transform: v2.Compose, *, strict: bool = False, substitute: bool = False) -> None:
-        super().__init__(root, transform=transform)
-        self.track_unreadable(len(self.samples), strict=strict, substitute=substitute)
+    def __init__(
+        self, samples: list[tuple[str, int]], transform: v2.Compose, *, strict: bool = False, substitute: bool = False
+    ) -> None:
+        self.samples, self.transform = samples, transform
+        self.track_unreadable(len(samples), strict=strict, substitute=substitute)
+
+    def __len__(self) -> int:
+        return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | None:
         return self.first_readable(index, self._read)
@@ -63,11 +75,11 @@ class ImageFiles(SkipsUnreadable, datasets.ImageFolder):
         return None if image is None else (self.transform(image), label)
 
 
-def dataset_name(name: str | None, data_dir: Path | None) -> str:
-    """The dataset to use: `name` if given, else imagefolder when there is a data dir, else shapes."""
+def dataset_name(name: str | None, data_dir: Path | None, labels: Path | None = None) -> str:
+    """The dataset to use: `name` if given, else csv with a labels file, imagefolder with a data dir, else shapes."""
     if name is not None:
         return name
-    return "imagefolder" if data_dir is not None else "shapes"
+    return "csv" if labels is not None else "imagefolder" if data_dir is not None else "shapes"
 
 
 def build_split(
@@ -77,6 +89,10 @@ def build_split(
     train: bool,
     *,
     augment: Augmentation | None = None,
+    labels: Path | None = None,
+    columns: tuple[str, str] = ("image", "label"),
+    val_fraction: float = 0.1,
+    held_out: list[str] | None = None,
     download: bool = False,
     strict: bool = False,
     seed: int = 0,
@@ -85,11 +101,15 @@ def build_split(
 ) -> Split:
     """The train split (augmented as `augment` says) or the validation split, preprocessed as `prep` says.
 
-    Only this split's files are read: evaluating needs no training data. Raises UsageError on a
-    missing or empty source. `strict`: an unreadable image file raises images.UnreadableImageError.
+    Image files come from DIR/train/ and DIR/val/, or from DIR/<class>/ or the `labels` CSV, whose
+    `held_out` images (else the held_out_images() of `val_fraction`) are the validation split. A
+    torchvision dataset or the shapes are read for this split only. Raises UsageError on a missing or
+    empty source. `strict`: an unreadable image file raises images.UnreadableImageError.
     """
     if download and name not in TORCHVISION_DATASETS:
         raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
+    if (labels is not None) != (name == "csv"):
+        raise UsageError("--labels FILE.csv and --dataset csv go together")
     channels = TORCHVISION_DATASETS[name][1] if name in TORCHVISION_DATASETS else 3
     transform = build_transforms(prep, augment if train else None, gray=channels == 1, sized=name == "shapes")
     if name == "shapes":
@@ -98,28 +118,108 @@ def build_split(
         return Split(SyntheticShapes(size, prep.crop_size, seed=split_seed, transform=transform), list(SHAPES), 3)
     if name not in DATASETS:
         raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
-    if data_dir is None:
+    if name == "csv":
+        root, rows = read_labels(labels, data_dir, columns)
+    elif data_dir is None:
         raise UsageError(f"--dataset {name} needs --data-dir")
-    if name == "imagefolder":
-        root = data_dir / ("train" if train else "val")
-        if not root.is_dir():
-            raise UsageError(f"image folder {root} does not exist (expected DIR/train/<class>/ and DIR/val/<class>/)")
-        try:
-            folder = ImageFiles(str(root), transform, strict=strict, substitute=train)
-        except FileNotFoundError as err:  # no class folders, or no images in them
-            raise UsageError(f"image folder {root} has no images: {err}") from None
-        return Split(folder, folder.classes, 3)
-    dataset = _torchvision_dataset(name, data_dir, train, transform, download)
-    return Split(dataset, list(dataset.classes), prep.channels or channels)
+    elif name == "imagefolder" and ((data_dir / "train").is_dir() or (data_dir / "val").is_dir()):  # its own split
+        folder = data_dir / ("train" if train else "val")
+        root, rows = folder, [(path, label, "train" if train else "val") for path, label, _ in class_folders(folder)]
+    elif name == "imagefolder":
+        root, rows = data_dir, class_folders(data_dir)
+    else:
+        dataset = _torchvision_dataset(name, data_dir, train, transform, download)
+        return Split(dataset, list(dataset.classes), prep.channels or channels)
+    classes = sorted({label for _, label, _ in rows})
+    if any(split is None for _, _, split in rows):  # no split given: hold one out
+        held_out = held_out_images(rows, val_fraction) if held_out is None else held_out
+        chosen = set(held_out)
+        missing = chosen - {path for path, _, _ in rows}
+        if missing:
+            raise UsageError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
+        rows = [(path, label, "val" if path in chosen else "train") for path, label, _ in rows]
+    index = {name: i for i, name in enumerate(classes)}
+    split = "train" if train else "val"
+    samples = [(str(root / path), index[label]) for path, label, where in rows if where == split]
+    return Split(ImageFiles(samples, transform, strict=strict, substitute=train), classes, 3, held_out or [])
 
 
 def build_datasets(name: str, data_dir: Path | None, prep: Preprocessing, **options: Any) -> DataSplits:
     """The train and validation splits, built by build_split() with its keyword `options`; with the same classes."""
     train = build_split(name, data_dir, prep, train=True, **options)
-    val = build_split(name, data_dir, prep, train=False, **options)
+    val = build_split(name, data_dir, prep, train=False, **{**options, "held_out": train.held_out or None})
     if train.classes != val.classes:
         raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
-    return DataSplits(train.dataset, val.dataset, train.classes, train.in_channels)
+    return DataSplits(train.dataset, val.dataset, train.classes, train.in_channels, train.held_out)
+
+
+def class_folders(root: Path) -> list[tuple[str, str, None]]:
+    """ROOT/<class>/**/<image> as (path relative to root, class, None) rows; UsageError if there is none."""
+    if not root.is_dir():
+        raise UsageError(f"image folder {root} does not exist (expected DIR/<class>/, or DIR/{{train,val}}/<class>/)")
+    try:
+        classes, index = datasets.folder.find_classes(str(root))
+        samples = datasets.folder.make_dataset(str(root), index, extensions=datasets.folder.IMG_EXTENSIONS)
+    except FileNotFoundError as err:  # no class folders, or no images in one of them
+        raise UsageError(f"image folder {root} has no images: {err}") from None
+    return [(Path(path).relative_to(root).as_posix(), classes[label], None) for path, label in samples]
+
+
+def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str]) -> tuple[Path, list[tuple]]:
+    """The folder the images are in (`data_dir`, else the CSV's), and (image, label, split or None) rows.
+
+    One row per image under a header naming the `columns` (image, label) and, optionally, "split"
+    (train or val). UsageError naming the file and line for a missing column, an empty cell, an
+    image that is not there or listed twice, or another split.
+    """
+    root = data_dir if data_dir is not None else csv_file.parent
+    rows, first_line = [], {}
+    try:
+        with csv_file.open(newline="", encoding="utf-8-sig") as file:  # -sig: a spreadsheet's byte-order mark
+            reader = csv.DictReader(file)
+            header = reader.fieldnames or []
+            for column in columns:
+                if column not in header:
+                    raise UsageError(f"{csv_file}: line 1: no column {column!r} (the header has: {', '.join(header)})")
+            for row in reader:
+                where = f"{csv_file}: line {reader.line_num}"
+                image, label, split = ((row.get(key) or "").strip() for key in (*columns, "split"))
+                if not image or not label:
+                    raise UsageError(f"{where}: empty {columns[0] if not image else columns[1]}")
+                image = os.path.normpath(image)  # one spelling per file: ./a.jpg is a.jpg
+                if image in first_line:
+                    raise UsageError(f"{where}: {image} is listed again (first on line {first_line[image]})")
+                if not (root / image).is_file():
+                    raise UsageError(f"{where}: no image file {root / image}")
+                if "split" in header and split not in ("train", "val"):
+                    raise UsageError(f"{where}: split {split!r} is neither train nor val")
+                first_line[image] = reader.line_num
+                rows.append((image, label, split or None))
+    except OSError as err:
+        raise UsageError(f"cannot read the labels file {csv_file}: {err.strerror or err}") from None
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise UsageError(f"{csv_file} is not a UTF-8 CSV file: {err}") from None
+    if not rows:
+        raise UsageError(f"{csv_file} lists no images")
+    return root, rows
+
+
+def held_out_images(rows: list[tuple], fraction: float) -> list[str]:
+    """The images held out for validation: `fraction` of each class's, chosen by samplers.hold_out.
+
+    The key of an image is "<class>/<path>", so the choice is the same on every machine and adding
+    images moves no other; every class has at least one held-out image and one to train on.
+    """
+    by_class: dict[str, list[str]] = {}
+    for path, label, _ in rows:
+        by_class.setdefault(label, []).append(path)
+    held_out = []
+    for label, paths in sorted(by_class.items()):
+        if len(paths) < 2:
+            raise UsageError(f"class {label!r} has 1 image: holding out a validation split needs 2 or more")
+        keys = {f"{label}/{path}": path for path in paths}
+        held_out += [keys[key] for key in hold_out(list(keys), fraction)]
+    return sorted(held_out)
 
 
 def _torchvision_dataset(name: str, data_dir: Path, train: bool, transform: v2.Compose, download: bool) -> Dataset:

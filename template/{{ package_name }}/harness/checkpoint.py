@@ -62,12 +62,14 @@ def training_state(
     run_state: RunState,
     args: argparse.Namespace,
     classes: list[str],
+    held_out: list[str],
     preprocessing: dict[str, Any],
     rng: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Everything a resumed run needs, as tensors and plain Python (loadable with weights_only=True).
 
-    `ema`: an optim.EMA or None (the scripts use its weights by default); `preprocessing`: the task's
+    `ema`: an optim.EMA or None (the scripts use its weights by default); `held_out`: the validation
+    images, where the run chose them (test.py evaluates those); `preprocessing`: the task's
     Preprocessing.to_dict(); `rng`: each process's rng_state() in rank order, by default this process's.
     """
     bare = unwrap(model)  # no wrapper prefixes in the keys
@@ -76,6 +78,7 @@ def training_state(
         "model_name": type(bare).__name__,
         "model_config": bare.config.to_dict(),
         "classes": classes,
+        "held_out": held_out,
         "preprocessing": preprocessing,
         "ema": ema.module.state_dict() if ema is not None else None,
         "ema_updates": ema.n_averaged.item() if ema is not None else 0,

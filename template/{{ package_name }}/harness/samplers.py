@@ -1,6 +1,7 @@
 """Which samples each training process reads, in which order, each with the seed of its random augmentation."""
 
 import contextlib
+import hashlib
 import itertools
 from collections.abc import Iterator
 
@@ -40,6 +41,18 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
     return (x ^ (x >> 31)) >> 1
+
+
+def hold_out(keys: list[str], fraction: float) -> list[str]:
+    """Of distinct `keys` (two or more), those held out for validation: at least one, never all, in a stable order.
+
+    Each key's place is its SHA-256 read as a number in [0, 1); the keys placed below `fraction` are
+    held out. A pure function of each key alone: the same keys on every machine and in every run, and
+    adding keys moves none of the others (unless the count of held-out keys meets a bound).
+    """
+    place = {key: int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64 for key in keys}
+    count = sum(value < fraction for value in place.values())
+    return sorted(keys, key=place.__getitem__)[: min(max(count, 1), len(keys) - 1)]
 
 
 class Seeded(Dataset):

@@ -70,10 +70,17 @@ class RunLogger:
             purge = None if resumed_step is None else resumed_step + 1
             self.writer = SummaryWriter(str(run_dir), purge_step=purge)
 
-    def record_start(self, args: Any, model: nn.Module, device: torch.device, step: int) -> None:
-        """Print and save the arguments and the environment; print the model's size and summary."""
+    def record_start(self, args: Any, model: nn.Module, device: torch.device, step: int, held_out: list[str]) -> None:
+        """Print and save the arguments and the environment; print the model's size and summary.
+
+        A new run (`step` 0) lists its `held_out` validation images, if any, in held_out.txt, one per line.
+        """
         if not self.main_process:
             return
+        if step == 0 and held_out:
+            text = "".join(f"{path}\n" for path in held_out)
+            write_atomic(self.run_dir / "held_out.txt", lambda tmp: tmp.write_text(text))
+            self.print(f"held_out.txt (saved in {self.run_dir}): the {len(held_out)} validation images")
         name = "args.json" if step == 0 else f"args-resume-step{step}.json"  # never overwrite the first
         for file, what in ((name, vars(args)), ("environment.json", runtime.environment(device))):
             text = json.dumps(what, indent=2, default=str)
