@@ -131,17 +131,18 @@ def build_split(
         dataset = _torchvision_dataset(name, data_dir, train, transform, download)
         return Split(dataset, list(dataset.classes), prep.channels or channels)
     classes = sorted({label for _, label, _ in rows})
+    chosen = []
     if any(split is None for _, _, split in rows):  # no split given: hold one out
-        held_out = held_out_images(rows, val_fraction) if held_out is None else held_out
-        chosen = set(held_out)
-        missing = chosen - {path for path, _, _ in rows}
+        chosen = held_out_images(rows, val_fraction) if held_out is None else held_out
+        held = set(chosen)
+        missing = held - {path for path, _, _ in rows}
         if missing:
             raise UsageError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
-        rows = [(path, label, "val" if path in chosen else "train") for path, label, _ in rows]
+        rows = [(path, label, "val" if path in held else "train") for path, label, _ in rows]
     index = {name: i for i, name in enumerate(classes)}
     split = "train" if train else "val"
     samples = [(str(root / path), index[label]) for path, label, where in rows if where == split]
-    return Split(ImageFiles(samples, transform, strict=strict, substitute=train), classes, 3, held_out or [])
+    return Split(ImageFiles(samples, transform, strict=strict, substitute=train), classes, 3, chosen)
 
 
 def build_datasets(name: str, data_dir: Path | None, prep: Preprocessing, **options: Any) -> DataSplits:
