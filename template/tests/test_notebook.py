@@ -49,7 +49,7 @@ def test_the_notebook_runs_without_a_run_and_with_one(tmp_path, monkeypatch, tra
             client.execute_cell(cell, index)
         text, kinds = shown(notebook.cells[last_section:])
         assert "no run under" in text and not kinds
-        assert train_script.main(tiny_args) == 0  # writes tmp_path/runs/run/best.pt
+        assert train_script.main([*tiny_args, "--max-steps-per-epoch", "2"]) == 0  # writes tmp_path/runs/run/best.pt
         for index in range(last_section + 1, len(notebook.cells)):
             client.execute_cell(notebook.cells[index], index)
     text, kinds = shown(notebook.cells[last_section:])
