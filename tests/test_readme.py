@@ -24,7 +24,7 @@ def test_the_tree_names_every_file_a_project_gets(tmp_path):
     project = render(tmp_path / "p", update_workflow=True)  # ddp, MIT, github CI: the most files
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
     tree = readme_tree()
-    named = set(re.findall(r"[\w.-]+\.(?:py|md|toml|sbatch|yaml|yml)|LICENSE|tests/|\.github/", tree))
+    named = set(re.findall(r"[\w.-]+\.(?:py|md|toml|sbatch|yaml|yml)|LICENSE|tests/|notebooks/|\.github/", tree))
     top_level = {p.name + ("/" if p.is_dir() else "") for p in project.iterdir()} - {".git/"}
     top_level -= {".copier-answers.yml", ".gitignore", answers["package_name"] + "/"}
     assert top_level - named == set()

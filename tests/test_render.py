@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 import yaml
 
@@ -41,6 +42,15 @@ def test_no_template_syntax_left(project):
     assert_no_template_syntax_left(project)
 
 
+def assert_notebook_as_jupyter_saves_it(project: Path) -> None:
+    """notebooks/explore.ipynb: valid, no outputs, and in nbformat's own layout, so a first save changes nothing."""
+    text = (project / "notebooks" / "explore.ipynb").read_text()
+    notebook = nbformat.reads(text, as_version=4)
+    nbformat.validate(notebook)
+    assert all(not cell.get("outputs") and not cell.get("execution_count") for cell in notebook.cells)
+    assert text == nbformat.writes(notebook) + "\n"
+
+
 def test_layout(project):
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
     package = project / answers["package_name"]
@@ -69,6 +79,7 @@ def test_layout(project):
         p.stem for p in (project / "tests" / "harness").glob("*.py")
     }
     assert (project / "slurm.sbatch").exists() == (multi_gpu == "ddp")
+    assert_notebook_as_jupyter_saves_it(project)
     assert ("nn.DataParallel(" in distributed) == (multi_gpu == "dataparallel")
     if multi_gpu == "none":
         assert "DataParallel" not in distributed and "DataParallel" not in (project / "train.py").read_text()
@@ -110,6 +121,7 @@ def test_restoration_layout_ruff_and_suite(restoration):
     scripts = ("train.py", "test.py", "predict.py", "export.py", "README.md")
     assert all((restoration / name).is_file() for name in scripts)
     assert_no_template_syntax_left(restoration)
+    assert_notebook_as_jupyter_saves_it(restoration)
     run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=restoration)
     run([sys.executable, "-m", "ruff", "format", "--no-cache", "--check", "."], cwd=restoration)
     result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=restoration)
