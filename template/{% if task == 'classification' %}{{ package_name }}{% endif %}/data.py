@@ -154,6 +154,31 @@ def build_datasets(name: str, data_dir: Path | None, prep: Preprocessing, **opti
     return DataSplits(train.dataset, val.dataset, train.classes, train.in_channels, train.held_out)
 
 
+def validation_split(state: dict[str, Any], prep: Preprocessing, data_dir: Path | None = None, **options: Any) -> Split:
+    """The validation split of the run that saved checkpoint `state`, rebuilt as it was, its held-out images too.
+
+    `data_dir`: another folder's validation split instead (its own, or the images it would hold out);
+    `options` go to build_split (`strict`).
+    """
+    trained = state["args"]
+    held_out = state.get("held_out") if data_dir is None else None
+    data_dir = data_dir or (Path(trained["data_dir"]) if trained["data_dir"] else None)
+    return build_split(
+        dataset_name(trained["dataset"], data_dir),
+        data_dir,
+        prep,
+        train=False,
+        labels=Path(trained["labels"]) if trained.get("labels") else None,  # older runs have no --labels
+        columns=(trained.get("image_column", "image"), trained.get("label_column", "label")),
+        val_fraction=trained.get("val_fraction", 0.1),
+        held_out=held_out,
+        seed=trained["seed"],
+        train_size=trained["shapes_train_size"],
+        val_size=trained["shapes_val_size"],
+        **options,
+    )
+
+
 def class_folders(root: Path) -> list[tuple[str, str, None]]:
     """ROOT/<class>/**/<image> as (path relative to root, class, None) rows; UsageError if there is none."""
     if not root.is_dir():
