@@ -23,7 +23,7 @@ from .shapes import SyntheticShapes
 CLEAN_GRADIENT = 0.6  # how much the built-in images' background brightens across the image
 CLEAN_STRIPES = 0.15  # the amplitude of the striped texture on their shapes
 SHAPES_SIZE, PHOTO_PATCH_SIZE = 32, 64  # pixels: --patch-size's defaults, without and with --data-dir
-PATCHES_PER_EPOCH = 2048  # --data-dir: training crops an epoch, however many images (as restoration codebases count)
+PATCHES_PER_EPOCH = 1024  # --data-dir: training crops an epoch, however many images (as restoration codebases count)
 FLIPS = v2.Compose([v2.RandomHorizontalFlip(), v2.RandomVerticalFlip()])  # each with probability 1/2
 
 
