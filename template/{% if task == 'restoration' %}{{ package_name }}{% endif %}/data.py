@@ -22,6 +22,8 @@ from .shapes import SyntheticShapes
 
 CLEAN_GRADIENT = 0.6  # how much the built-in images' background brightens across the image
 CLEAN_STRIPES = 0.15  # the amplitude of the striped texture on their shapes
+SHAPES_SIZE, PHOTO_PATCH_SIZE = 32, 64  # pixels: --patch-size's defaults, without and with --data-dir
+PATCHES_PER_EPOCH = 1024  # --data-dir: training crops an epoch, however many images (as restoration codebases count)
 FLIPS = v2.Compose([v2.RandomHorizontalFlip(), v2.RandomVerticalFlip()])  # each with probability 1/2
 
 
@@ -67,11 +69,12 @@ class ImagePatches(SkipsUnreadable, Dataset):
     """Patches of every image file under `root` (sorted paths, any nesting) as (degraded, clean) items.
 
     An image whose shorter side is below `patch_size` is first enlarged (bicubic, aspect kept) to
-    it. Training has `patches_per_image` items per file (item i is cut from file i //
-    patches_per_image), each a random patch, flipped and degraded as degraded_pair() says.
-    Validation has one item per file, its centre patch, degraded the same way in every epoch and
-    run. Unreadable files are skipped as images.SkipsUnreadable says (substituted in training).
-    UsageError if `root` is no folder or holds no image.
+    it. Training has `patches_per_epoch` items however many files there are, item i a random patch
+    of file i % files (as BasicSR's enlarged sampler: a shuffled epoch visits every file alike),
+    flipped and degraded as degraded_pair() says. Validation has one item per file, its centre
+    patch, degraded the same way in every epoch and run. Unreadable files are skipped as
+    images.SkipsUnreadable says (substituted in training). UsageError if `root` is no folder or
+    holds no image.
     """
 
     def __init__(
@@ -80,28 +83,28 @@ class ImagePatches(SkipsUnreadable, Dataset):
         patch_size: int,
         degradation: Degradation,
         train: bool,
-        patches_per_image: int = 8,
+        patches_per_epoch: int = PATCHES_PER_EPOCH,
         strict: bool = False,
     ) -> None:
         if not Path(root).is_dir():
             raise UsageError(f"image folder {root} does not exist (expected DIR/train/ and DIR/val/ holding images)")
-        if patch_size < 1 or patches_per_image < 1:
-            raise UsageError(f"patch size {patch_size} and patches per image {patches_per_image} must be >= 1")
+        if patch_size < 1 or patches_per_epoch < 1:
+            raise UsageError(f"patch size {patch_size} and patches per epoch {patches_per_epoch} must be >= 1")
         files = (path for path in Path(root).rglob("*") if path.name.lower().endswith(IMAGE_EXTENSIONS))
         self.paths = sorted(str(path) for path in files if path.is_file())
         if not self.paths:
             raise UsageError(f"image folder {root} has no images (none of {' '.join(IMAGE_EXTENSIONS)} under it)")
         self.patch_size, self.degradation, self.train = patch_size, degradation, train
-        self.patches_per_image = patches_per_image if train else 1
+        self.length = patches_per_epoch if train else len(self.paths)
         self.track_unreadable(len(self.paths), strict=strict, substitute=train)
 
     def __len__(self) -> int:
-        return len(self.paths) * self.patches_per_image
+        return self.length
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         if not 0 <= index < len(self):  # substitution would wrap around: end iteration here
             raise IndexError(f"item {index} of {len(self)}")
-        clean = self.first_readable(index // self.patches_per_image, self._clean)  # (3, P, P) or None
+        clean = self.first_readable(index % len(self.paths), self._clean)  # (3, P, P) or None
         return None if clean is None else degraded_pair(clean, self.degradation, self.train, sample_seed(0, 0, index))
 
     def _clean(self, file_index: int) -> torch.Tensor | None:
@@ -138,7 +141,7 @@ def build_split(
     degradation: Degradation,
     patch_size: int,
     *,
-    patches_per_image: int = 8,
+    patches_per_epoch: int = PATCHES_PER_EPOCH,
     strict: bool = False,
     seed: int = 0,
     train_size: int = 12_000,
@@ -148,14 +151,14 @@ def build_split(
 
     Without `data_dir`: DegradedShapes of `train_size` or `val_size` images of `patch_size` pixels
     (distinct seeds per split, so no validation image is a training image). With it: ImagePatches
-    of `patch_size` pixels from data_dir/train or data_dir/val (`strict`: an unreadable file raises
-    images.UnreadableImageError). UsageError on a missing or empty folder.
+    of `patch_size` pixels from data_dir/train (`patches_per_epoch` of them) or data_dir/val (`strict`: an
+    unreadable file raises images.UnreadableImageError). UsageError on a missing or empty folder.
     """
     if data_dir is None:
         size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)
         return DegradedShapes(size, patch_size, split_seed, degradation, train)
     root = Path(data_dir) / ("train" if train else "val")
-    return ImagePatches(root, patch_size, degradation, train, patches_per_image, strict=strict)
+    return ImagePatches(root, patch_size, degradation, train, patches_per_epoch, strict=strict)
 
 
 def collate_pairs(samples: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
