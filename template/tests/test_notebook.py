@@ -1,8 +1,8 @@
 """notebooks/explore.ipynb is saved without outputs, and runs from top to bottom: pytest tests/test_notebook.py
 
-It runs in a kernel of this interpreter's own ipykernel (no installed kernelspec needed), in a
-temporary project folder: first it finds no run under runs/, then, its last section run again,
-the one a short train.py run has made there. The real runs/ is neither read nor written.
+It runs in a fresh kernel of this interpreter's own ipykernel (no installed kernelspec needed), in
+a temporary project folder, twice: first it finds no run under runs/, then the one a short
+train.py run has made there. The real runs/ is neither read nor written.
 """
 
 import os
@@ -33,25 +33,26 @@ def test_the_notebook_is_saved_without_outputs():
     assert not saved, f"cells {saved} were saved with outputs, which copier update cannot merge; clear them: {clear}"
 
 
+def run_notebook(project) -> list:
+    """The notebook's cells, with their outputs, after a run from top to bottom in a fresh kernel in `project`."""
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    # No kernelspec directories: "python3" is then ipykernel's native spec, this interpreter's.
+    kernel = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[]))
+    where = {"metadata": {"path": str(project / "notebooks")}}  # the kernel's working directory
+    NotebookClient(notebook, km=kernel, timeout=120, resources=where).execute()
+    return notebook.cells
+
+
 def test_the_notebook_runs_without_a_run_and_with_one(tmp_path, monkeypatch, train_script, tiny_args):
     shutil.copy(ROOT / "train.py", tmp_path)  # marks the project root, whose runs/ the notebook reads
     (tmp_path / "notebooks").mkdir()
     monkeypatch.setenv("PYTHONPATH", str(ROOT), prepend=os.pathsep)  # the kernel imports this package, installed or not
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # on a busy machine, the kernel's threads would wait for each other
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    # No kernelspec directories: "python3" is then ipykernel's native spec, this interpreter's.
-    kernel = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[]))
-    where = {"metadata": {"path": str(tmp_path / "notebooks")}}  # the kernel's working directory
-    client = NotebookClient(notebook, km=kernel, timeout=120, resources=where)
-    last_section = max(i for i, cell in enumerate(notebook.cells) if cell.cell_type == "markdown")
-    with client.setup_kernel():
-        for index, cell in enumerate(notebook.cells):
-            client.execute_cell(cell, index)
-        text, kinds = shown(notebook.cells[last_section:])
-        assert "no run under" in text and not kinds
-        assert train_script.main([*tiny_args, "--max-steps-per-epoch", "2"]) == 0  # writes tmp_path/runs/run/best.pt
-        for index in range(last_section + 1, len(notebook.cells)):
-            client.execute_cell(notebook.cells[index], index)
-    text, kinds = shown(notebook.cells[last_section:])
+    cells = run_notebook(tmp_path)
+    last_section = max(i for i, cell in enumerate(cells) if cell.cell_type == "markdown")
+    text, kinds = shown(cells[last_section:])
+    assert "no run under" in text and not kinds
+    assert "image/png" in shown(cells[:last_section])[1]  # the data's grid
+    assert train_script.main([*tiny_args, "--max-steps-per-epoch", "2"]) == 0  # writes tmp_path/runs/run/best.pt
+    text, kinds = shown(run_notebook(tmp_path)[last_section:])  # a fresh kernel again, now with a run
     assert str(tmp_path / "runs" / "run") in text and "image/png" in kinds
-    assert "image/png" in shown(notebook.cells[:last_section])[1]  # the data's grid
