@@ -138,8 +138,9 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
         scheduler=scheduler,
         scaler=scaler,
         train_loader=loader,
-        val_loader=None,  # train_one_epoch reads none of these four
+        val_loader=None,  # train_one_epoch reads none of these five
         classes=[],
+        held_out=[],
         prep=None,
         preview=None,
         ema=None,
