@@ -53,38 +53,28 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def training_state(
-    model: nn.Module,
-    *,
-    optimizer: Optimizer,
-    scheduler: Any,
-    scaler: GradScaler,
-    ema: Any,
-    run_state: RunState,
-    args: argparse.Namespace,
-    classes: list[str],
-    held_out: list[str],
-    preprocessing: dict[str, Any],
-    rng: list[dict[str, Any]] | None = None,
+    session: Any, run_state: RunState, args: argparse.Namespace, rng: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """Everything a resumed run needs, as tensors and plain Python (loadable with weights_only=True).
 
-    `ema`: an optim.EMA or None (the scripts use its weights by default); `held_out`: the validation
-    images, where the run chose them (test.py evaluates those); `preprocessing`: the task's
-    Preprocessing.to_dict(); `rng`: each process's rng_state() in rank order, by default this process's.
+    `session`: train.py's Session, or anything with its model, optimizer, scheduler, scaler, ema (an
+    optim.EMA or None: the scripts use its weights by default), classes, held_out (the validation
+    images, where the run chose them: test.py evaluates those) and prep (the task's Preprocessing).
+    `rng`: each process's rng_state() in rank order, by default this process's.
     """
-    bare = unwrap(model)  # no wrapper prefixes in the keys
+    model, ema = unwrap(session.model), session.ema  # no wrapper prefixes in the keys
     return {
-        "model": bare.state_dict(),
-        "model_name": type(bare).__name__,
-        "model_config": bare.config.to_dict(),
-        "classes": classes,
-        "held_out": held_out,
-        "preprocessing": preprocessing,
+        "model": model.state_dict(),
+        "model_name": type(model).__name__,
+        "model_config": model.config.to_dict(),
+        "classes": session.classes,
+        "held_out": session.held_out,
+        "preprocessing": session.prep.to_dict(),
         "ema": ema.module.state_dict() if ema is not None else None,
         "ema_updates": ema.n_averaged.item() if ema is not None else 0,
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(),
+        "optimizer": session.optimizer.state_dict(),
+        "scheduler": session.scheduler.state_dict(),
+        "scaler": session.scaler.state_dict(),
         "run_state": asdict(run_state),
         "rng": rng if rng is not None else [rng_state()],
         "args": json.loads(json.dumps(vars(args), default=str)),  # Paths become strings

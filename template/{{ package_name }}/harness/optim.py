@@ -44,17 +44,6 @@ def build_optimizer(groups: list[dict], name: str, lr: float, momentum: float = 
 WEIGHT_DECAY = {"adamw": 0.05, "sgd": 1e-4}  # torchvision's: AdamW's decoupled decay and SGD's L2 differ in scale
 
 
-def plateau_patience(given: int | None, patience: int | None) -> int:
-    """--plateau-patience, or 5, fewer when --patience would stop the run before the rate drops.
-
-    ReduceLROnPlateau lowers the rate after patience + 1 epochs without progress, an early stop comes after
-    --patience such epochs: two less than --patience lowers the rate once before it.
-    """
-    if given is not None:
-        return given
-    return 5 if patience is None else max(0, min(5, patience - 2))
-
-
 def build_scheduler(
     optimizer: torch.optim.Optimizer,
     name: str,
@@ -64,18 +53,23 @@ def build_scheduler(
     warmup_epochs: float | None = None,
     step_epochs: int = 30,
     gamma: float = 0.1,
-    patience: int = 5,
+    patience: int | None = None,
+    early_stop: int | None = None,
 ) -> LRScheduler | ReduceLROnPlateau:
     """The schedule for --scheduler.
 
     none, step and cosine are stepped after each optimizer step, with a linear warm-up over warmup_epochs
-    (half an epoch if None); plateau once per epoch with the validation score (gamma after `patience` epochs
-    without progress). One LambdaLR, not torch's LinearLR, CosineAnnealingLR and StepLR in a SequentialLR:
+    (half an epoch if None); plateau once per epoch with the validation score: gamma after `patience` epochs
+    without progress, by default 5, or two less than an `early_stop` patience (--patience), so that the
+    rate drops once before the run stops (ReduceLROnPlateau drops after patience + 1 such epochs).
+    One LambdaLR, not torch's LinearLR, CosineAnnealingLR and StepLR in a SequentialLR:
     those save their curve's length, so a run resumed with a new --epochs would keep the old curve.
     """
     if name == "plateau":
         if warmup_epochs:
             raise UsageError("--scheduler plateau has no warm-up; leave out --warmup-epochs")
+        if patience is None:
+            patience = 5 if early_stop is None else max(0, min(5, early_stop - 2))
         return ReduceLROnPlateau(optimizer, mode="max", factor=gamma, patience=patience)
     total = epochs * steps_per_epoch
     warmup = round((0.5 if warmup_epochs is None else warmup_epochs) * steps_per_epoch)
