@@ -304,6 +304,4 @@ class Rules(Project):
                 yield src.path, 1, 'no `if __name__ == "__main__":` guard calling main()'
 
 
-RULES: dict[str, Callable[[Project], Found]] = {
-    name.replace("_", "-"): rule for name, rule in vars(Rules).items() if not name.startswith("_")
-}
+RULES: dict[str, Callable[[Project], Found]] = {n.replace("_", "-"): f for n, f in vars(Rules).items() if n[0] != "_"}
