@@ -98,8 +98,7 @@ class Project:
 
     def method_calls(self, method: str) -> Iterator[tuple[Source, ast.Call]]:
         """(file, call) for every call of the form `x.method(...)`."""
-        calls = self.walk(ast.Call)
-        return ((s, c) for s, c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == method)
+        return ((src, call) for src, call in self.walk(ast.Call) if getattr(call.func, "attr", "") == method)
 
     def is_module(self, name: str) -> bool:
         """Whether a resolved class name is an nn.Module: a class of torch.nn, or a project subclass of one."""
@@ -125,7 +124,7 @@ class Contents:
         for _ in range(2):  # twice: a list may be filled below the line that stores it
             for node in nodes(cls, ast.Call, ast.Assign, ast.AnnAssign, ast.AugAssign):
                 if isinstance(node, ast.Call):  # blocks.append(conv), blocks.insert(0, conv), blocks.extend([...])
-                    added = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+                    added = getattr(node.func, "attr", "")
                     if added in ("append", "insert", "extend") and node.args and self.kind(node.args[-1]):
                         self.kinds[key(node.func.value)] = "plain"
                     continue
