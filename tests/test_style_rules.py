@@ -183,6 +183,7 @@ BAD = [
     ("no-variable", "train.py", "from torch.autograd import Variable  # <-\n" + MAIN),
     ("no-variable", "<pkg>/ops.py", "import torch\n\n\ndef wrap(x):\n    return torch.autograd.Variable(x)  # <-\n"),
     ("no-dot-data", "<pkg>/ops.py", "def snapshot(model):\n    return [p.data for p in model.parameters()]  # <-\n"),
+    ("no-dot-data", "<pkg>/ops.py", "import torch\n\n\ndef zeros():\n    return torch.zeros(3).data  # <-\n"),
     ("no-cuda-call", "<pkg>/layers.py", "def to_gpu(x):\n    return x.cuda()  # <-\n"),
     ("torch-load-weights-only", "<pkg>/harness/checkpoint.py", code("""
         import torch

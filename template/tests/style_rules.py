@@ -23,27 +23,18 @@ CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp,
 SCRIPTS = None  # the module of a top-level script: p.files(SCRIPTS) are train.py, test.py, ...
 
 Found = Iterator[tuple[str, int, str]]  # (file, line, what) for each violation
-RULES: dict[str, Callable[["Project"], Found]] = {}
 
 
 def nodes(tree: ast.AST, *kinds: type) -> Iterator:
-    """Every node of the given types in the tree, nested ones included."""
     return (node for node in ast.walk(tree) if isinstance(node, kinds))
 
 
 def targets(node: ast.Assign | ast.AnnAssign | ast.AugAssign) -> list[ast.expr]:
-    """What an assignment stores into."""
     return node.targets if isinstance(node, ast.Assign) else [node.target]
 
 
 def methods(cls: ast.ClassDef, name: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-    """The functions called `name` defined directly in the class body."""
     return [f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name]
-
-
-def method_calls(tree: ast.AST, method: str) -> Iterator[ast.Call]:
-    """Every call of the form `x.method(...)`."""
-    return (n for n in nodes(tree, ast.Call) if isinstance(n.func, ast.Attribute) and n.func.attr == method)
 
 
 def key(node: ast.AST) -> str:
@@ -53,7 +44,6 @@ def key(node: ast.AST) -> str:
 
 
 def short(node: ast.AST) -> str:
-    """The node's source text, cut to one short line for a message."""
     return textwrap.shorten(ast.unparse(node), 60, placeholder="...")
 
 
@@ -104,20 +94,24 @@ class Project:
         return [s for s in self.sources if not tops or s.top in tops]
 
     def walk(self, *kinds: type, tops: Iterable[str | None] = ()) -> Iterator[tuple[Source, ast.AST]]:
-        """(file, node) for every node of the given types in the files of `tops` (default: all)."""
         return ((src, node) for src in self.files(*tops) for node in nodes(src.tree, *kinds))
+
+    def method_calls(self, method: str) -> Iterator[tuple[Source, ast.Call]]:
+        """(file, call) for every call of the form `x.method(...)`."""
+        return ((src, call) for src, call in self.walk(ast.Call) if getattr(call.func, "attr", "") == method)
 
     def is_module(self, name: str) -> bool:
         """Whether a resolved class name is an nn.Module: a class of torch.nn, or a project subclass of one."""
         of_nn = name.startswith("torch.nn.") and name.count(".") == 2 and name[9:10].isupper()
         return of_nn or name.split(".")[-1] in self.module_classes
 
-    def imports(self, src: Source) -> Iterator[tuple[str, int]]:
-        """(module inside the package, line) for each import of project code; "" is the package itself."""
-        for name, line in src.imported:
-            head, _, module = name.partition(".")
-            if head == self.package:  # `from pkg import data` imports a module, `from pkg.data import Splits` a name
-                yield (module if module in self.modules else module.rpartition(".")[0]), line
+    def imports(self, *tops: str | None) -> Iterator[tuple[Source, str, int]]:
+        """(file, module inside the package, line) for each import of project code; "" is the package itself."""
+        for src in self.files(*tops):
+            for name, line in src.imported:
+                head, _, module = name.partition(".")
+                if head == self.package:  # `from pkg import data` imports a module, `from pkg.data import X` a name
+                    yield src, (module if module in self.modules else module.rpartition(".")[0]), line
 
 
 class Contents:
@@ -130,7 +124,7 @@ class Contents:
         for _ in range(2):  # twice: a list may be filled below the line that stores it
             for node in nodes(cls, ast.Call, ast.Assign, ast.AnnAssign, ast.AugAssign):
                 if isinstance(node, ast.Call):  # blocks.append(conv), blocks.insert(0, conv), blocks.extend([...])
-                    added = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+                    added = getattr(node.func, "attr", "")
                     if added in ("append", "insert", "extend") and node.args and self.kind(node.args[-1]):
                         self.kinds[key(node.func.value)] = "plain"
                     continue
@@ -154,7 +148,6 @@ class Contents:
 
 
 def is_main_guard(stmt: ast.stmt) -> bool:
-    """Whether the statement is `if __name__ == "__main__":`."""
     return isinstance(stmt, ast.If) and ast.unparse(stmt.test) in ("__name__ == '__main__'", "'__main__' == __name__")
 
 
@@ -169,185 +162,145 @@ def runs_at_import(stmt: ast.stmt, src: Source) -> bool:
     )
 
 
-def rule(func: Callable[[Project], Found]) -> Callable[[Project], Found]:
-    """Register a rule under its function's name: model_files_exist checks "model-files-exist"."""
-    RULES[func.__name__.replace("_", "-")] = func
-    return func
+class Rules(Project):
+    """One method per rule, named after it: model_files_exist checks "model-files-exist"."""
 
+    def model_files_exist(self) -> Found:
+        """A.7, A.8: layers.py, networks.py, losses.py, ops.py and the file named after the model exist."""
+        for name in (*MODEL_PARTS, self.model_module):
+            if name not in self.modules:
+                yield f"{self.package}/{name}.py", 0, "file is missing: each kind of model code has its own file"
 
-@rule
-def model_files_exist(p: Project) -> Found:
-    """A.7, A.8: layers.py, networks.py, losses.py, ops.py and the file named after the model exist."""
-    for name in (*MODEL_PARTS, p.model_module):
-        if name not in p.modules:
-            yield f"{p.package}/{name}.py", 0, "file is missing: each kind of model code has its own file"
+    def scripts_import_only_the_model_file(self) -> Found:
+        """A.9: scripts take project code from the model file, the dataset module and INFRASTRUCTURE only."""
+        for src, module, line in self.imports(SCRIPTS):
+            if module.split(".")[0] not in ("", self.model_module, *INFRASTRUCTURE):
+                what = f"scripts take {self.model_module} and INFRASTRUCTURE"
+                yield src.path, line, f"imports {self.package}.{module}; {what}"
 
-
-@rule
-def scripts_import_only_the_model_file(p: Project) -> Found:
-    """A.9: scripts take project code from the model file, the dataset module and INFRASTRUCTURE only."""
-    for src in p.files(SCRIPTS):
-        for module, line in p.imports(src):
-            if module.split(".")[0] not in ("", p.model_module, *INFRASTRUCTURE):
-                yield src.path, line, f"imports {p.package}.{module}; scripts take {p.model_module} and INFRASTRUCTURE"
-
-
-@rule
-def imports_point_one_way(p: Project) -> Found:
-    """Imports point one way: ops -> layers -> networks -> model file; losses -> model file; no one imports a script."""
-    order = {**MAY_IMPORT, p.model_module: MODEL_PARTS}
-    for src in p.files(*order):
-        allowed = order[src.top]
-        for module, line in p.imports(src):
-            top = module.split(".")[0]
+    def imports_point_one_way(self) -> Found:
+        """Imports point one way: ops -> layers -> networks -> model file; losses -> model file; none a script."""
+        order = {**MAY_IMPORT, self.model_module: MODEL_PARTS}
+        for src, module, line in self.imports(*order):
+            top, allowed = module.split(".")[0], order[src.top]
             if top and top not in allowed:
                 yield src.path, line, f"{src.module} imports {top}; it may import {', '.join(allowed) or 'none of it'}"
-    scripts = {Path(s.path).stem for s in p.files(SCRIPTS)}
-    for src in p.files():
-        for name, line in src.imported:
-            if (script := name.split(".")[0]) in scripts:
-                yield src.path, line, f"imports the script {script}.py; move shared code into the package"
+        scripts = {Path(s.path).stem for s in self.files(SCRIPTS)}
+        for src in self.files():
+            for name, line in src.imported:
+                if (script := name.split(".")[0]) in scripts:
+                    yield src.path, line, f"imports the script {script}.py; move shared code into the package"
 
-
-@rule
-def harness_imports_only_the_harness(p: Project) -> Found:
-    """The harness serves the project's own code and never reaches into it: its imports stay inside it."""
-    for src in p.files(HARNESS):
-        for module, line in p.imports(src):
+    def harness_imports_only_the_harness(self) -> Found:
+        """The harness serves the project's own code and never reaches into it: its imports stay inside it."""
+        for src, module, line in self.imports(HARNESS):
             if module.split(".")[0] != HARNESS:
-                what = f"{p.package}.{module}".rstrip(".")
+                what = f"{self.package}.{module}".rstrip(".")
                 yield src.path, line, f"{src.module} imports {what}: the harness imports only itself"
 
+    def module_defines_forward(self) -> Found:
+        """A.12: every direct nn.Module subclass defines forward (a method, or a name assigned in the class body)."""
+        for src, cls in self.walk(ast.ClassDef):
+            assigned = {key(t) for n in cls.body if isinstance(n, ast.Assign) for t in n.targets}
+            direct = any(src.resolve(base) == "torch.nn.Module" for base in cls.bases)
+            if direct and "forward" not in assigned and not methods(cls, "forward"):
+                yield src.path, cls.lineno, f"class {cls.name}(nn.Module) has no forward method"
 
-@rule
-def module_defines_forward(p: Project) -> Found:
-    """A.12: every direct nn.Module subclass defines forward (a method, or a name assigned in the class body)."""
-    for src, cls in p.walk(ast.ClassDef):
-        assigned = {key(t) for n in cls.body if isinstance(n, ast.Assign) for t in n.targets}
-        direct = any(src.resolve(base) == "torch.nn.Module" for base in cls.bases)
-        if direct and "forward" not in assigned and not methods(cls, "forward"):
-            yield src.path, cls.lineno, f"class {cls.name}(nn.Module) has no forward method"
+    def no_call_override(self) -> Found:
+        """A.12, A.13: no nn.Module overrides __call__: hooks and tracing run in nn.Module.__call__."""
+        for src, cls in self.walk(ast.ClassDef):
+            for method in methods(cls, "__call__") if cls.name in self.module_classes else []:
+                yield src.path, method.lineno, f"{cls.name} overrides __call__; compute in forward instead"
 
-
-@rule
-def no_call_override(p: Project) -> Found:
-    """A.12, A.13: no nn.Module overrides __call__: hooks and tracing run in nn.Module.__call__."""
-    for src, cls in p.walk(ast.ClassDef):
-        for method in methods(cls, "__call__") if cls.name in p.module_classes else []:
-            yield src.path, method.lineno, f"{cls.name} overrides __call__; compute in forward instead"
-
-
-@rule
-def call_modules_not_forward(p: Project) -> Found:
-    """A.13, A.44: call a module, model(x), never model.forward(x) (it skips hooks); super().forward() is fine."""
-    for src in p.files():
-        for call in method_calls(src.tree, "forward"):
+    def call_modules_not_forward(self) -> Found:
+        """A.13, A.44: call a module, model(x), never model.forward(x) (it skips hooks); super().forward() is fine."""
+        for src, call in self.method_calls("forward"):
             target = call.func.value
             if not (isinstance(target, ast.Call) and key(target.func) == "super"):
                 yield src.path, call.lineno, f"{short(call)} skips hooks; call {short(target)}(...) instead"
 
+    def no_numpy_in_forward(self) -> Found:
+        """A.38: forward methods of layers, networks, losses and the model use torch, not NumPy."""
+        for src, cls in self.walk(ast.ClassDef, tops=(*MODEL_PARTS, self.model_module)):
+            for node in (n for forward in methods(cls, "forward") for n in nodes(forward, ast.Name, ast.Attribute)):
+                if (src.resolve(node).split(".")[0] if isinstance(node, ast.Name) else node.attr) == "numpy":
+                    yield src.path, node.lineno, f"{cls.name}.forward uses NumPy ({short(node)}); stay in torch"
 
-@rule
-def no_numpy_in_forward(p: Project) -> Found:
-    """A.38: forward methods of layers, networks, losses and the model use torch, not NumPy."""
-    for src, cls in p.walk(ast.ClassDef, tops=(*MODEL_PARTS, p.model_module)):
-        for node in (n for forward in methods(cls, "forward") for n in nodes(forward, ast.Name, ast.Attribute)):
-            if (src.resolve(node).split(".")[0] if isinstance(node, ast.Name) else node.attr) == "numpy":
-                yield src.path, node.lineno, f"{cls.name}.forward uses NumPy ({short(node)}); stay in torch"
+    def losses_are_modules(self) -> Found:
+        """A.11, A.17: every class in losses.py is an nn.Module."""
+        for src, cls in self.walk(ast.ClassDef, tops=["losses"]):
+            if cls.name not in self.module_classes:
+                yield src.path, cls.lineno, f"class {cls.name} is not an nn.Module subclass"
 
+    def ops_are_functions(self) -> Found:
+        """A.7: ops.py holds pure tensor functions: no nn.Module, no global state."""
+        for src, node in self.walk(ast.ClassDef, ast.Global, tops=["ops"]):
+            if isinstance(node, ast.Global):
+                yield src.path, node.lineno, f"global {', '.join(node.names)}: ops keep no state"
+            elif node.name in self.module_classes:
+                yield src.path, node.lineno, f"class {node.name} is an nn.Module; modules go in layers.py"
 
-@rule
-def losses_are_modules(p: Project) -> Found:
-    """A.11, A.17: every class in losses.py is an nn.Module."""
-    for src, cls in p.walk(ast.ClassDef, tops=["losses"]):
-        if cls.name not in p.module_classes:
-            yield src.path, cls.lineno, f"class {cls.name} is not an nn.Module subclass"
+    def no_plain_list_of_modules(self) -> Found:
+        """B.T3: modules kept on self go in nn.Sequential or nn.ModuleList, never a plain list (unregistered)."""
+        for src, cls in self.walk(ast.ClassDef):
+            if cls.name not in self.module_classes:
+                continue
+            contents = Contents(self, src, cls)
+            stores = [(n, key(t)) for n in nodes(cls, ast.Assign, ast.AnnAssign) for t in targets(n) if n.value]
+            stores = [(node, name) for node, name in stores if name.startswith("self.")]
+            # An attribute that ends up as nn.ModuleList(...) or nn.Sequential(...) is registered.
+            registered = {name for node, name in stores if contents.kind(node.value) == "module"}
+            for node, name in stores:
+                if name not in registered and "plain" in (contents.kinds.get(name), contents.kind(node.value)):
+                    what = "unseen by .to(), parameters() and state_dict(); use nn.ModuleList"
+                    yield src.path, node.lineno, f"{name} holds modules in a plain container, {what}"
 
+    def no_variable(self) -> Found:
+        """A.54: no torch.autograd.Variable (gone since PyTorch 0.4): tensors carry autograd themselves."""
+        for src, node in self.walk(ast.ImportFrom, ast.Attribute):
+            names = [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            if any(n.startswith("torch.autograd") and n.endswith(".Variable") for n in [*names, src.resolve(node)]):
+                yield src.path, node.lineno, f"{short(node)}: Variable is a plain tensor since PyTorch 0.4"
 
-@rule
-def ops_are_functions(p: Project) -> Found:
-    """A.7: ops.py holds pure tensor functions: no nn.Module, no global state."""
-    for src, node in p.walk(ast.ClassDef, ast.Global, tops=["ops"]):
-        if isinstance(node, ast.Global):
-            yield src.path, node.lineno, f"global {', '.join(node.names)}: ops keep no state"
-        elif node.name in p.module_classes:
-            yield src.path, node.lineno, f"class {node.name} is an nn.Module; modules go in layers.py"
+    def no_dot_data(self) -> Found:
+        """A.43: no tensor `.data` (self.data is the object's own): use .detach(), .item() or torch.no_grad()."""
+        for src, node in self.walk(ast.Attribute):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            imported = isinstance(root, ast.Name) and root.id in src.names  # torch.utils.data is a module
+            if node.attr == "data" and key(node) != "self.data" and not imported:
+                yield src.path, node.lineno, f"{short(node)}; use .detach() or torch.no_grad()"
 
-
-@rule
-def no_plain_list_of_modules(p: Project) -> Found:
-    """B.T3: modules kept on self go in nn.Sequential or nn.ModuleList, never a plain list (they would not register)."""
-    for src, cls in p.walk(ast.ClassDef):
-        if cls.name not in p.module_classes:
-            continue
-        contents = Contents(p, src, cls)
-        stores = [(n, key(t)) for n in nodes(cls, ast.Assign, ast.AnnAssign) for t in targets(n) if n.value]
-        stores = [(node, name) for node, name in stores if name.startswith("self.")]
-        # An attribute that ends up as nn.ModuleList(...) or nn.Sequential(...) is registered.
-        registered = {name for node, name in stores if contents.kind(node.value) == "module"}
-        for node, name in stores:
-            if name not in registered and "plain" in (contents.kinds.get(name), contents.kind(node.value)):
-                what = "unseen by .to(), parameters() and state_dict(); use nn.ModuleList"
-                yield src.path, node.lineno, f"{name} holds modules in a plain container, {what}"
-
-
-@rule
-def no_variable(p: Project) -> Found:
-    """A.54: no torch.autograd.Variable (gone since PyTorch 0.4): tensors carry autograd themselves."""
-    for src, node in p.walk(ast.ImportFrom, ast.Attribute):
-        names = [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
-        if any(n.startswith("torch.autograd") and n.endswith(".Variable") for n in [*names, src.resolve(node)]):
-            yield src.path, node.lineno, f"{short(node)}: Variable is a plain tensor since PyTorch 0.4"
-
-
-@rule
-def no_dot_data(p: Project) -> Found:
-    """A.43: no tensor `.data` (self.data is the object's own): use .detach(), .item() or torch.no_grad()."""
-    for src, node in p.walk(ast.Attribute):
-        root = node.value
-        while isinstance(root, ast.Attribute):
-            root = root.value
-        imported = isinstance(root, ast.Name) and root.id in src.names  # torch.utils.data is a module
-        if node.attr == "data" and key(node) != "self.data" and not imported:
-            yield src.path, node.lineno, f"{short(node)}; use .detach() or torch.no_grad()"
-
-
-@rule
-def no_cuda_call(p: Project) -> Found:
-    """B.T1, D.27: no .cuda(); choose the device once, then .to(device) and device= on factories."""
-    for src in p.files():
-        for call in method_calls(src.tree, "cuda"):
+    def no_cuda_call(self) -> Found:
+        """B.T1, D.27: no .cuda(); choose the device once, then .to(device) and device= on factories."""
+        for src, call in self.method_calls("cuda"):
             yield src.path, call.lineno, f"{short(call)}; use .to(device)"
 
+    def torch_load_weights_only(self) -> Found:
+        """D.4: torch.load always with weights_only=True: unpickling arbitrary objects can run code."""
+        for src, call in self.walk(ast.Call):
+            flag = next((k.value for k in call.keywords if k.arg == "weights_only"), None)
+            if src.resolve(call.func) == "torch.load" and not (isinstance(flag, ast.Constant) and flag.value is True):
+                yield src.path, call.lineno, f"{short(call)}; pass weights_only=True"
 
-@rule
-def torch_load_weights_only(p: Project) -> Found:
-    """D.4: torch.load always with weights_only=True: unpickling arbitrary objects can run code."""
-    for src, call in p.walk(ast.Call):
-        flag = next((k.value for k in call.keywords if k.arg == "weights_only"), None)
-        if src.resolve(call.func) == "torch.load" and not (isinstance(flag, ast.Constant) and flag.value is True):
-            yield src.path, call.lineno, f"{short(call)}; pass weights_only=True"
+    def loaders_live_in_data(self) -> Found:
+        """A.39: the scripts build no DataLoader themselves; the dataset module does."""
+        for src, call in self.walk(ast.Call, tops=[SCRIPTS]):
+            if src.resolve(call.func).endswith("DataLoader"):
+                yield src.path, call.lineno, f"{short(call)}; build loaders in data.py"
+
+    def no_import_time_work(self) -> Found:
+        """A.20, A.21: importing a script does nothing: no seeds, backend flags, files or training at the top level."""
+        for src in self.files(SCRIPTS):
+            for stmt in (s for s in src.tree.body if runs_at_import(s, src)):
+                yield src.path, stmt.lineno, f"runs at import: {short(stmt)}; move it into main()"
+
+    def main_guard(self) -> Found:
+        """A.21: a script starts its work under `if __name__ == "__main__":`."""
+        for src in self.files(SCRIPTS):
+            if not any(is_main_guard(stmt) for stmt in src.tree.body):
+                yield src.path, 1, 'no `if __name__ == "__main__":` guard calling main()'
 
 
-@rule
-def loaders_live_in_data(p: Project) -> Found:
-    """A.39: the scripts build no DataLoader themselves; the dataset module does."""
-    for src, call in p.walk(ast.Call, tops=[SCRIPTS]):
-        if src.resolve(call.func).endswith("DataLoader"):
-            yield src.path, call.lineno, f"{short(call)}; build loaders in data.py"
-
-
-@rule
-def no_import_time_work(p: Project) -> Found:
-    """A.20, A.21: importing a script does nothing: no seeds, backend flags, files or training at the top level."""
-    for src in p.files(SCRIPTS):
-        for stmt in (s for s in src.tree.body if runs_at_import(s, src)):
-            yield src.path, stmt.lineno, f"runs at import: {short(stmt)}; move it into main()"
-
-
-@rule
-def main_guard(p: Project) -> Found:
-    """A.21: a script starts its work under `if __name__ == "__main__":`."""
-    for src in p.files(SCRIPTS):
-        if not any(is_main_guard(stmt) for stmt in src.tree.body):
-            yield src.path, 1, 'no `if __name__ == "__main__":` guard calling main()'
+RULES: dict[str, Callable[[Project], Found]] = {n.replace("_", "-"): f for n, f in vars(Rules).items() if n[0] != "_"}

@@ -1,12 +1,9 @@
 """train.py's own loop on CUDA, then test.py on its checkpoint; the CPU twin runs the same calls.
 
-On CUDA the loop takes paths that only a GPU takes: the BackgroundGenerator thread (on by
-default there), pinned memory with non-blocking copies, the device sync of each log step, fp16
-loss scaling, channels_last and torch.compile, and a larger model with a moving average of its
-weights. The CUDA cases skip without CUDA; the CPU cases run the same calls everywhere (with
---prefetch-depth 2, so the loader thread runs there too).
-
-Run: pytest tests/test_cuda.py
+On CUDA the loop takes paths that only a GPU takes: the BackgroundGenerator thread (on by default
+there), pinned memory with non-blocking copies, the device sync of each log step, fp16 loss scaling,
+channels_last and torch.compile, and a larger model with a moving average of its weights. The CUDA
+cases skip without CUDA; the CPU cases run everywhere, with --prefetch-depth 2 for the loader thread.
 """
 
 import threading

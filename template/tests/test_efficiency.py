@@ -77,10 +77,8 @@ INPUT_PIPELINE = ("data.py", "loaders.py", "samplers.py", "shapes.py", "transfor
 
 
 class HostReads(torch.overrides.TorchFunctionMode):
-    """Records each line of the project's code outside INPUT_PIPELINE that reads a tensor's value on the host.
-
-    On a GPU each such read waits for the device to finish its queue.
-    """
+    """Records each line of the project's code outside INPUT_PIPELINE that reads a tensor's value on the host
+    (on a GPU each such read waits for the device to finish its queue)."""
 
     NAMES = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__format__")
     READS = frozenset(getattr(torch.Tensor, name) for name in NAMES)

@@ -9,9 +9,7 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond")
-# A split that fits in this much memory is rendered once, up front (12,000 images of 32 pixels take 37 MB);
-# a larger one is rendered on each access.
-MAX_RENDERED_BYTES = 256 * 2**20
+MAX_RENDERED_BYTES = 256 * 2**20  # a split that fits is drawn once, up front; a larger one on each access
 
 
 class SyntheticShapes(Dataset):
@@ -19,8 +17,8 @@ class SyntheticShapes(Dataset):
 
     So any process or worker renders the same sample, classes are balanced, and other seeds give
     other images (train and val use different seeds). Drawing an image costs more than a small
-    network's step on it, so a split that fits in MAX_RENDERED_BYTES is drawn once, up front
-    (about 1 s for 14,000 images at 32 pixels). `textures`: render_shape's noise, gradient, stripes.
+    network's step on it, so a split that fits in MAX_RENDERED_BYTES is drawn once, up front (about
+    1 s and 43 MB for 14,000 images at 32 pixels). `textures`: render_shape's noise, gradient, stripes.
     """
 
     def __init__(
