@@ -139,7 +139,7 @@ def test_each_epoch_shows_the_same_validation_images_and_the_confusion_matrix(fi
     state, task = torch.load(directory / "last.pt", weights_only=True), train_script.task
     model = getattr(task, state["model_name"]).from_checkpoint(state)
     prep = task.transforms.from_checkpoint(state)
-    val = task.data.build_split("shapes", None, prep, train=False, val_size=40).dataset
+    val = task.data.build_datasets("shapes", None, prep, splits=("val",), val_size=40).val
     preview = train_script.evaluation.preview_batch(val)  # (16, 3, 16, 16), (16,)
     metrics = {"preview": train_script.evaluation.predict(model, preview[0], torch.device("cpu")), **report}
     drawn = task.pictures(preview, metrics, state["classes"], prep)
