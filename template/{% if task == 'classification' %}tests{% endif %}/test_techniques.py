@@ -2,8 +2,6 @@
 
 Each is reached through train.py's flags (the `train_script` fixture), so no package or model name
 appears here; the harness's parts (optim.py's groups, schedules, EMA) have their own tests.
-
-Run: pytest tests/test_techniques.py
 """
 
 import json

@@ -1,7 +1,4 @@
-"""train.py and test.py end to end on CPU: a run's outputs, exact resume, signals, full disks, bad input.
-
-Run: pytest tests/test_train.py
-"""
+"""train.py and test.py end to end on CPU: a run's outputs, exact resume, signals, full disks, bad input."""
 
 import contextlib
 import errno
