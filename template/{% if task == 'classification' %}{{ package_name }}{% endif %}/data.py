@@ -103,17 +103,11 @@ def build_datasets(
     if (labels is not None) != (name == "csv"):
         raise UsageError("--labels FILE.csv and --dataset csv go together")
     channels = TORCHVISION_DATASETS[name][1] if name in TORCHVISION_DATASETS else 3
-    transforms = {
-        split: build_transforms(prep, augment if split == "train" else None, gray=channels == 1, sized=name == "shapes")
-        for split in splits
-    }
-    if name == "shapes":
-        # Distinct seeds per split, so no validation image is a training image.
-        made = {
-            split: SyntheticShapes(size, prep.crop_size, seed=2 * seed + offset, transform=transforms[split])
-            for split, size, offset in (("train", train_size, 0), ("val", val_size, 1))
-            if split in splits
-        }
+    gray, sized = channels == 1, name == "shapes"
+    transforms = {s: build_transforms(prep, augment if s == "train" else None, gray=gray, sized=sized) for s in splits}
+    if name == "shapes":  # distinct seeds per split, so no validation image is a training image
+        sizes = {"train": (train_size, prep.crop_size, 2 * seed), "val": (val_size, prep.crop_size, 2 * seed + 1)}
+        made = {s: SyntheticShapes(*sizes[s], transform=transforms[s]) for s in splits}
         return DataSplits(made.get("train"), made.get("val"), list(SHAPES), 3)
     if name not in DATASETS:
         raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
@@ -141,15 +135,8 @@ def build_datasets(
             raise UsageError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
         rows = [(path, label, "val" if path in held else "train") for path, label, _ in rows]
     index = {name: i for i, name in enumerate(classes)}
-    made = {
-        split: ImageFiles(
-            [(str(root / path), index[label]) for path, label, where in rows if where == split],
-            transforms[split],
-            strict=strict,
-            substitute=split == "train",
-        )
-        for split in splits
-    }
+    samples = {s: [(str(root / path), index[label]) for path, label, where in rows if where == s] for s in splits}
+    made = {s: ImageFiles(samples[s], transforms[s], strict=strict, substitute=s == "train") for s in splits}
     return DataSplits(made.get("train"), made.get("val"), classes, 3, chosen)
 
 
