@@ -2,8 +2,6 @@
 
 Each is reached through train.py's flags (the `train_script` fixture), so no package or model name
 appears here; the harness's parts (optim.py's groups, schedules, EMA) have their own tests.
-
-Run: pytest tests/test_techniques.py
 """
 
 import json
@@ -253,12 +251,8 @@ def test_backbone_lr_scale_the_logged_peak_rate_and_the_optimizers_usual_weight_
 
 
 def test_frozen_backbone_is_left_out_and_unchanged(train_script, tiny_args):
-    in_optimizer = set()
-
-    def prepare(session):
-        in_optimizer.update(id(param) for group in session.optimizer.param_groups for param in group["params"])
-
-    session, initial = train(train_script, [*tiny_args, "--freeze-backbone", "--max-steps-per-epoch", "2"], prepare)
+    session, initial = train(train_script, [*tiny_args, "--freeze-backbone", "--max-steps-per-epoch", "2"])
+    in_optimizer = {id(param) for group in session.optimizer.param_groups for param in group["params"]}
     backbone = {id(p) for p in session.model.backbone.parameters()}
     assert backbone and not any(p.requires_grad for p in session.model.backbone.parameters())
     assert in_optimizer == {id(p) for p in session.model.parameters() if id(p) not in backbone}

@@ -1,7 +1,4 @@
-"""train.py and test.py end to end on CPU: a run's outputs, exact resume, signals, full disks, bad input.
-
-Run: pytest tests/test_train.py
-"""
+"""train.py and test.py end to end on CPU: a run's outputs, exact resume, signals, full disks, bad input."""
 
 import contextlib
 import errno
@@ -91,7 +88,12 @@ def finished(train_script, tmp_path_factory) -> tuple[Path, str]:
     return out / "run", printed.getvalue()
 
 
-def test_a_run_writes_its_files_and_test_py_evaluates_the_moving_average(finished, train_script, test_script, capsys):
+def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_average(
+    finished, train_script, test_script, capsys
+):
+    """TensorBoard gets, once per epoch, the 16 fixed validation images with the model's predictions and the
+    confusion matrix, as figures draws them for the saved model (the average); test.py writes the same
+    confusion_matrix.png, and mistakes.png with the wrong ones, beside its report."""
     directory, out = finished
     assert '"batch_size": 16' in out  # the arguments are printed at start
     assert "efficiency" in out and "best val accuracy" in out and out.count("EMA val accuracy") == 3
@@ -111,7 +113,7 @@ def test_a_run_writes_its_files_and_test_py_evaluates_the_moving_average(finishe
     assert any(not torch.equal(state["ema"][key], state["model"][key]) for key in state["model"])
 
     for extra, weights in (([], "ema"), (["--no-ema"], "model")):
-        report = directory.parent / f"{weights}.json"
+        report = directory.parent / weights / "report.json"
         assert test_script.main([str(directory / "last.pt"), "--device", "cpu", "--json", str(report), *extra]) == 0
         report = json.loads(report.read_text())
         assert (report["weights"], report["samples"], set(report["per_class"])) == (weights, 40, set(state["classes"]))
@@ -122,24 +124,16 @@ def test_a_run_writes_its_files_and_test_py_evaluates_the_moving_average(finishe
     assert "is finished (epoch 3 of --epochs 3); resume with a larger --epochs" in capsys.readouterr().out
     assert contents(directory) == before  # nothing written
 
-
-def test_each_epoch_shows_the_same_validation_images_and_the_confusion_matrix(finished, train_script, test_script):
-    """TensorBoard gets, once per epoch, the 16 fixed validation images with the model's predictions and the
-    confusion matrix, as figures draws them for the saved model (the average); test.py writes the same
-    confusion_matrix.png, and mistakes.png with the wrong ones, beside its report."""
-    directory = finished[0]
     events = EventAccumulator(str(directory), size_guidance={"images": 0})
     events.Reload()
     assert set(events.Tags()["images"]) == {"val/predictions", "val/confusion_matrix"}
     assert [event.step for event in events.Images("val/predictions")] == [6, 12, 18]  # once per epoch
 
-    out = directory.parent / "pictures" / "report.json"
-    assert test_script.main([str(directory / "last.pt"), "--device", "cpu", "--json", str(out)]) == 0
-    report = json.loads(out.read_text())
-    state, task = torch.load(directory / "last.pt", weights_only=True), train_script.task
+    beside = directory.parent / "ema"  # test.py's report of the average, and its pictures
+    report, task = json.loads((beside / "report.json").read_text()), train_script.task
     model = getattr(task, state["model_name"]).from_checkpoint(state)
     prep = task.transforms.from_checkpoint(state)
-    val = task.data.build_split("shapes", None, prep, train=False, val_size=40).dataset
+    val = task.data.build_datasets("shapes", None, prep, splits=("val",), val_size=40).val
     preview = train_script.evaluation.preview_batch(val)  # (16, 3, 16, 16), (16,)
     metrics = {"preview": train_script.evaluation.predict(model, preview[0], torch.device("cpu")), **report}
     drawn = task.pictures(preview, metrics, state["classes"], prep)
@@ -147,11 +141,11 @@ def test_each_epoch_shows_the_same_validation_images_and_the_confusion_matrix(fi
     for tag, image in drawn.items():
         logged = Image.open(io.BytesIO(events.Images(tag)[-1].encoded_image_string)).convert("RGB")
         assert logged.tobytes() == image.tobytes(), tag
-    matrix = Image.open(out.parent / "confusion_matrix.png").convert("RGB")
+    matrix = Image.open(beside / "confusion_matrix.png").convert("RGB")
     assert matrix.tobytes() == drawn["val/confusion_matrix"].tobytes()  # the same model, the same validation set
     shown = min(16, report["samples"] - round(report["accuracy"] * report["samples"]))  # the wrong ones
     tile_w, tile_h = test_script.figures.TILE + 4, test_script.figures.TILE + 4 + 2 * 12 + 2
-    mistakes = Image.open(out.parent / "mistakes.png")
+    mistakes = Image.open(beside / "mistakes.png")
     assert mistakes.size == (min(8, shown) * (tile_w + 4) + 4, -(-shown // 8) * (tile_h + 4) + 4)
 
 

@@ -35,23 +35,14 @@ TORCHVISION_DATASETS = {
 }
 
 
-class Split(NamedTuple):
-    """One dataset split plus what the model needs to know about it."""
+class DataSplits(NamedTuple):
+    """The train and validation datasets (None where not asked for) plus what the model needs to know about them."""
 
-    dataset: Dataset
+    train: Dataset | None
+    val: Dataset | None
     classes: list[str]
     in_channels: int
     held_out: list[str] = []  # the validation images when the project chose them (a run saves the list)
-
-
-class DataSplits(NamedTuple):
-    """The train and validation datasets plus what the model needs to know about them."""
-
-    train: Dataset
-    val: Dataset
-    classes: list[str]
-    in_channels: int
-    held_out: list[str] = []  # as Split's
 
 
 class ImageFiles(SkipsUnreadable, Dataset):
@@ -82,12 +73,12 @@ def dataset_name(name: str | None, data_dir: Path | None, labels: Path | None = 
     return "csv" if labels is not None else "imagefolder" if data_dir is not None else "shapes"
 
 
-def build_split(
+def build_datasets(
     name: str,
     data_dir: Path | None,
     prep: Preprocessing,
-    train: bool,
     *,
+    splits: tuple[str, ...] = ("train", "val"),
     augment: Augmentation | None = None,
     labels: Path | None = None,
     columns: tuple[str, str] = ("image", "label"),
@@ -98,24 +89,26 @@ def build_split(
     seed: int = 0,
     train_size: int = 12_000,
     val_size: int = 2_000,
-) -> Split:
-    """The train split (augmented as `augment` says) or the validation split, preprocessed as `prep` says.
+) -> DataSplits:
+    """The train split (augmented as `augment` says) and the validation split, preprocessed as `prep` says.
 
-    Image files come from DIR/train/ and DIR/val/, or from DIR/<class>/ or the `labels` CSV, whose
-    `held_out` images (else the held_out_images() of `val_fraction`) are the validation split. A
-    torchvision dataset or the shapes are read for this split only. Raises UsageError on a missing or
-    empty source. `strict`: an unreadable image file raises images.UnreadableImageError.
+    Only the `splits` named are built, the other is None. Image files come from DIR/train/ and DIR/val/
+    (with the same class folders), or from DIR/<class>/ or the `labels` CSV, whose `held_out` images
+    (else the held_out_images() of `val_fraction`) are the validation split. A torchvision dataset or
+    the shapes are read for the splits asked for only. Raises UsageError on a missing or empty source.
+    `strict`: an unreadable image file raises images.UnreadableImageError.
     """
     if download and name not in TORCHVISION_DATASETS:
         raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
     if (labels is not None) != (name == "csv"):
         raise UsageError("--labels FILE.csv and --dataset csv go together")
     channels = TORCHVISION_DATASETS[name][1] if name in TORCHVISION_DATASETS else 3
-    transform = build_transforms(prep, augment if train else None, gray=channels == 1, sized=name == "shapes")
-    if name == "shapes":
-        # Distinct seeds per split, so no validation image is a training image.
-        size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)
-        return Split(SyntheticShapes(size, prep.crop_size, seed=split_seed, transform=transform), list(SHAPES), 3)
+    gray, sized = channels == 1, name == "shapes"
+    transforms = {s: build_transforms(prep, augment if s == "train" else None, gray=gray, sized=sized) for s in splits}
+    if name == "shapes":  # distinct seeds per split, so no validation image is a training image
+        sizes = {"train": (train_size, prep.crop_size, 2 * seed), "val": (val_size, prep.crop_size, 2 * seed + 1)}
+        made = {s: SyntheticShapes(*sizes[s], transform=transforms[s]) for s in splits}
+        return DataSplits(made.get("train"), made.get("val"), list(SHAPES), 3)
     if name not in DATASETS:
         raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     if name == "csv":
@@ -123,13 +116,15 @@ def build_split(
     elif data_dir is None:
         raise UsageError(f"--dataset {name} needs --data-dir")
     elif name == "imagefolder" and ((data_dir / "train").is_dir() or (data_dir / "val").is_dir()):  # its own split
-        folder = data_dir / ("train" if train else "val")
-        root, rows = folder, [(path, label, "train" if train else "val") for path, label, _ in class_folders(folder)]
+        root, found = data_dir, {split: class_folders(data_dir / split) for split in splits}
+        rows = [(f"{split}/{path}", label, split) for split, got in found.items() for path, label, _ in got]
+        if len({tuple(sorted({label for _, label, _ in got})) for got in found.values()}) > 1:
+            raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
     elif name == "imagefolder":
         root, rows = data_dir, class_folders(data_dir)
     else:
-        dataset = _torchvision_dataset(name, data_dir, train, transform, download)
-        return Split(dataset, list(dataset.classes), prep.channels or channels)
+        made = {split: _torchvision_dataset(name, data_dir, split, transforms[split], download) for split in splits}
+        return DataSplits(made.get("train"), made.get("val"), list(made[splits[0]].classes), prep.channels or channels)
     classes = sorted({label for _, label, _ in rows})
     chosen = []
     if any(split is None for _, _, split in rows):  # no split given: hold one out
@@ -140,43 +135,36 @@ def build_split(
             raise UsageError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
         rows = [(path, label, "val" if path in held else "train") for path, label, _ in rows]
     index = {name: i for i, name in enumerate(classes)}
-    split = "train" if train else "val"
-    samples = [(str(root / path), index[label]) for path, label, where in rows if where == split]
-    return Split(ImageFiles(samples, transform, strict=strict, substitute=train), classes, 3, chosen)
+    samples = {s: [(str(root / path), index[label]) for path, label, where in rows if where == s] for s in splits}
+    made = {s: ImageFiles(samples[s], transforms[s], strict=strict, substitute=s == "train") for s in splits}
+    return DataSplits(made.get("train"), made.get("val"), classes, 3, chosen)
 
 
-def build_datasets(name: str, data_dir: Path | None, prep: Preprocessing, **options: Any) -> DataSplits:
-    """The train and validation splits, built by build_split() with its keyword `options`; with the same classes."""
-    train = build_split(name, data_dir, prep, train=True, **options)
-    val = build_split(name, data_dir, prep, train=False, **{**options, "held_out": train.held_out or None})
-    if train.classes != val.classes:
-        raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
-    return DataSplits(train.dataset, val.dataset, train.classes, train.in_channels, train.held_out)
+def run_options(args: dict[str, Any]) -> dict[str, Any]:
+    """build_datasets()'s options that a run's flags set: vars(args), or a checkpoint's "args" (older lack some)."""
+    return {
+        "labels": Path(args["labels"]) if args.get("labels") else None,
+        "columns": (args.get("image_column", "image"), args.get("label_column", "label")),
+        "val_fraction": args.get("val_fraction", 0.1),
+        "seed": args["seed"],
+        "train_size": args["shapes_train_size"],
+        "val_size": args["shapes_val_size"],
+    }
 
 
-def validation_split(state: dict[str, Any], prep: Preprocessing, data_dir: Path | None = None, **options: Any) -> Split:
-    """The validation split of the run that saved checkpoint `state`, rebuilt as it was, its held-out images too.
+def validation_split(
+    state: dict[str, Any], prep: Preprocessing, data_dir: Path | None = None, **options: Any
+) -> DataSplits:
+    """The validation split (.val) of the run that saved checkpoint `state`, rebuilt as it was, its held-out images too.
 
     `data_dir`: another folder's validation split instead (its own, or the images it would hold out);
-    `options` go to build_split (`strict`).
+    `options` go to build_datasets (`strict`).
     """
     trained = state["args"]
     held_out = state.get("held_out") if data_dir is None else None
     data_dir = data_dir or (Path(trained["data_dir"]) if trained["data_dir"] else None)
-    return build_split(
-        dataset_name(trained["dataset"], data_dir),
-        data_dir,
-        prep,
-        train=False,
-        labels=Path(trained["labels"]) if trained.get("labels") else None,  # older runs have no --labels
-        columns=(trained.get("image_column", "image"), trained.get("label_column", "label")),
-        val_fraction=trained.get("val_fraction", 0.1),
-        held_out=held_out,
-        seed=trained["seed"],
-        train_size=trained["shapes_train_size"],
-        val_size=trained["shapes_val_size"],
-        **options,
-    )
+    name = dataset_name(trained["dataset"], data_dir)
+    return build_datasets(name, data_dir, prep, splits=("val",), held_out=held_out, **run_options(trained), **options)
 
 
 def class_folders(root: Path) -> list[tuple[str, str, None]]:
@@ -248,7 +236,7 @@ def held_out_images(rows: list[tuple], fraction: float) -> list[str]:
     return sorted(held_out)
 
 
-def _torchvision_dataset(name: str, data_dir: Path, train: bool, transform: v2.Compose, download: bool) -> Dataset:
+def _torchvision_dataset(name: str, data_dir: Path, split: str, transform: v2.Compose, download: bool) -> Dataset:
     """A torchvision dataset's split; a failed download leaves data_dir as it was, bar partial files."""
 
     def folders() -> set[Path]:  # the folders among data_dir, its parents and everything under it
@@ -257,7 +245,9 @@ def _torchvision_dataset(name: str, data_dir: Path, train: bool, transform: v2.C
 
     before = folders() if download else set()
     try:
-        return TORCHVISION_DATASETS[name][0](str(data_dir), train=train, transform=transform, download=download)
+        return TORCHVISION_DATASETS[name][0](
+            str(data_dir), train=split == "train", transform=transform, download=download
+        )
     except (OSError, RuntimeError) as err:  # a URLError is an OSError; MNIST reports it as a RuntimeError
         if not download:  # torchvision's "Dataset not found or corrupted"
             raise UsageError(f"{name} not found under {data_dir}; pass --download to fetch it ({err})") from None

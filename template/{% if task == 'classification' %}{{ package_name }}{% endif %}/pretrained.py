@@ -9,12 +9,14 @@ import argparse
 import dataclasses
 import difflib
 import os
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 import torchvision
 from torch import nn
+from torchvision.models.vision_transformer import interpolate_embeddings
 
 from . import UsageError, transforms
 from .harness import checkpoint, downloads
@@ -22,7 +24,7 @@ from .transforms import Preprocessing
 
 BUILTIN = "builtin"
 LIST_COMMAND = "python -c 'import torchvision.models as m; print(m.list_models(module=m))'"
-WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DataParallel/DistributedDataParallel, torch.compile
+WRAPPER_PREFIXES = re.compile(r"^(module\.|_orig_mod\.)+")  # DataParallel/DistributedDataParallel, torch.compile
 AUX_HEADS = ("aux1.", "aux2.", "AuxLogits.")  # googlenet's and inception_v3's, which networks.py builds without
 
 
@@ -132,10 +134,8 @@ def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], co
     vit, key = getattr(network, "backbone", None), "backbone.encoder.pos_embedding"
     if isinstance(vit, torchvision.models.VisionTransformer) and key in state:
         # Trained at another image size: the position embedding is interpolated to this one (kept at the same size).
-        resize = torchvision.models.vision_transformer.interpolate_embeddings
-        state[key] = resize(vit.image_size, vit.patch_size, {"encoder.pos_embedding": state[key]})[
-            "encoder.pos_embedding"
-        ]
+        resized = interpolate_embeddings(vit.image_size, vit.patch_size, {"encoder.pos_embedding": state[key]})
+        state[key] = resized["encoder.pos_embedding"]
     fits = f"--weights {weights.source} does not fit --backbone {config.backbone}"
     for key, tensor in own.items():
         if key not in state:
@@ -165,11 +165,7 @@ def _network_state(
     for container in ("state_dict", "model"):  # common wrappers of a state_dict
         if isinstance(contents.get(container), dict):
             contents = contents[container]
-    state = {}
-    for key, value in contents.items():
-        while key.startswith(WRAPPER_PREFIXES):
-            key = key.split(".", 1)[1]
-        state[key] = value
+    state = {WRAPPER_PREFIXES.sub("", key): value for key, value in contents.items()}
     if all(key.startswith(("backbone.", "head.")) for key in state):  # saved from this project's network
         return state, False
     # A torchvision model's own state_dict: its final layer (fc, classifier.1, ...) is the one the network replaced.
