@@ -163,5 +163,4 @@ def build_split(
 
 def collate_pairs(samples: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack Seeded items into (degraded (N, 3, S, S), clean (N, 3, S, S)); their seeds have done their work."""
-    degraded, clean, _ = default_collate(samples)
-    return degraded, clean
+    return tuple(default_collate(samples)[:2])

@@ -116,9 +116,8 @@ def predict(
     """restore()'s result in eval mode (the model's mode then restored): on the CPU, clamped to [0, 1]."""
     was_training = model.training
     model.eval()
-    memory_format = torch.channels_last if channels_last else torch.contiguous_format
     if tiling is None:  # in tiles, only one tile at a time is on the device
-        images = images.to(device, memory_format=memory_format)
+        images = images.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     restored = restore(model, images, autocast, tiling, device)  # (N, 3, H, W)
     model.train(was_training)
     return restored.clamp(0.0, 1.0).cpu()
