@@ -49,16 +49,13 @@ def evaluate(
     crop_border: int = 0,
     y_channel: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Run the model over `loader`'s (degraded, clean) batches in eval mode; return summed metrics.
+    """Summed metrics of the model over `loader`'s (degraded, clean) batches, in eval mode (then restored).
 
-    Keys "loss" (model.loss times the batch size), "psnr" and "ssim" of the restored images
-    (clamped to [0, 1]) against the clean ones, "input_psnr" and "input_ssim" of the degraded
-    images against the clean ones (what doing nothing scores), and "samples": 0-dim float64
-    tensors on `device`. Sums rather than means, so several processes can add theirs up before
-    summarize(). None batches (no readable file) are skipped. With `tiling` (images of any sizes,
-    in batches of one) each image is restored in tiles, as predict.py restores it. `crop_border`
-    and `y_channel` change what the four image metrics see, as scored_view() says; the loss is the
-    model's own, on the whole images. The model's train/eval mode is restored.
+    METRICS and "samples", 0-dim float64 on `device`: sums, so processes can add theirs before
+    summarize(). "loss" is model.loss times the batch size; "psnr"/"ssim" score the restorations
+    clamped to [0, 1], "input_*" the degraded images (what doing nothing scores). None batches are
+    skipped. `tiling` (batches of one, any size) restores in tiles as predict.py does; `crop_border`
+    and `y_channel` change what the image metrics see (scored_view()), never the loss.
     """
     was_training = model.training
     model.eval()
@@ -116,15 +113,11 @@ def predict(
     channels_last: bool = False,
     tiling: Tiling | None = None,
 ) -> torch.Tensor:
-    """The model's restorations (N, 3, H, W) of degraded `images` (N, 3, H, W): on the CPU, clamped to [0, 1].
-
-    Whole, or in tiles (restore()). Runs in eval mode; the model's train/eval mode is restored on return.
-    """
+    """restore()'s result in eval mode (the model's mode then restored): on the CPU, clamped to [0, 1]."""
     was_training = model.training
     model.eval()
-    memory_format = torch.channels_last if channels_last else torch.contiguous_format
     if tiling is None:  # in tiles, only one tile at a time is on the device
-        images = images.to(device, memory_format=memory_format)
+        images = images.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     restored = restore(model, images, autocast, tiling, device)  # (N, 3, H, W)
     model.train(was_training)
     return restored.clamp(0.0, 1.0).cpu()
@@ -132,8 +125,7 @@ def predict(
 
 def preview_batch(dataset: Dataset, count: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     """first_readable()'s items stacked, (degraded, clean), each (N, 3, H, W): the same every epoch, one size."""
-    degraded, clean = default_collate(first_readable(dataset, count))
-    return degraded, clean
+    return tuple(default_collate(first_readable(dataset, count)))
 
 
 def first_readable(dataset: Dataset, count: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -155,10 +147,8 @@ def restore(
 ) -> torch.Tensor:
     """The model's restorations of degraded `images` (N, 3, H, W), float32, not clamped; call it in eval mode.
 
-    Whole, on the images' device; or with `tiling`, tile by tile on `device` (default: the images'),
-    only one tile there at a time, and the result on the CPU: the fewest tiles that cover each side,
-    spread evenly on the grid (Tiling), each tiling.size long (the last up to one grid step longer,
-    to reach the end); images no longer than that are restored whole.
+    Whole, on the images' device; or with `tiling`, one tile at a time on `device` (default: the
+    images'), the result on the CPU: the fewest tiles per side, evenly spread on the grid (_tiles()).
 
     Overlaps are blended, not cropped: near a neighbour a tile's weight falls linearly towards its
     edge, where the model saw padding instead of the image. Keeping only each tile's centre would
@@ -205,8 +195,7 @@ def _tiles(size: int, tiling: Tiling) -> list[tuple[int, int]]:
 def _ramp(start: int, length: int, size: int, overlap: int) -> torch.Tensor:
     """A tile's weight (length,) along one side: 1, falling to 1 / (2 overlap) over the pixels next to a neighbour.
 
-    Where two tiles overlap by exactly `overlap` pixels their weights add up to 1 everywhere; the
-    weight never reaches 0, so the sum of weights never vanishes.
+    Two tiles overlapping by exactly `overlap` pixels weigh 1 in all; no weight is 0, so no sum vanishes.
     """
     weight = torch.ones(length)
     if overlap == 0:
