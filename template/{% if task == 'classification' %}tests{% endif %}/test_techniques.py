@@ -9,13 +9,14 @@ import math
 import multiprocessing
 import re
 import time
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
+
+from conftest import records, run_dir
 
 # What a stand-in for train.validate() returns: the shapes' 6 classes, the 16 preview images.
 VALIDATED = {"loss": 1.0, "samples": 40, "confusion_matrix": [[0] * 6] * 6, "preview": torch.full((16, 6), 1 / 6)}
@@ -29,15 +30,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def run_dir(argv: list[str]) -> Path:
-    return Path(argv[argv.index("--output-dir") + 1]) / argv[argv.index("--run-name") + 1]
-
-
-def records(directory: Path, split: str = "train") -> list[dict]:
-    lines = (directory / "metrics.jsonl").read_text().splitlines()
-    return [record for record in map(json.loads, lines) if record["split"] == split]
 
 
 def changed(model: nn.Module, initial: dict[str, torch.Tensor]) -> set[str]:
@@ -58,7 +50,7 @@ def train(train_script, argv: list[str], prepare=None):
     with session.logger:
         session.logger.record_start(args, session.model, session.device, state.global_step, [])
         assert train_script.fit(session, state, args) == 0
-    losses = [record["loss"] for record in records(session.run_dir)]
+    losses = [record["loss"] for record in records(session.run_dir, "train")]
     assert losses and all(math.isfinite(loss) for loss in losses)
     return session, initial
 
@@ -106,8 +98,9 @@ def test_accumulated_micro_batches_equal_one_big_batch(
     assert changed(big.model, initial) == set(initial)  # plain SGD: the weights moved by the gradients alone
     for name, param in big.model.named_parameters():
         torch.testing.assert_close(dict(accumulated.model.named_parameters())[name], param, rtol=1e-4, atol=1e-6)
-    assert [r["step"] for r in records(accumulated.run_dir)] == list(range(1, steps + 1))
-    assert [r["loss"] for r in records(accumulated.run_dir)] == pytest.approx([r["loss"] for r in records(big.run_dir)])
+    assert [r["step"] for r in records(accumulated.run_dir, "train")] == list(range(1, steps + 1))
+    losses = [[r["loss"] for r in records(session.run_dir, "train")] for session in (accumulated, big)]
+    assert losses[0] == pytest.approx(losses[1])
 
 
 def test_bf16_channels_last_and_mixup_feed_smoothed_soft_targets_to_the_loss(train_script, tiny_args):
@@ -149,7 +142,7 @@ def test_the_learning_rate_steps_with_each_optimizer_step_and_is_logged_as_used(
     session, _ = train(train_script, [*tiny_args, *flags, "--shapes-train-size", "64"], record_rates(used))
     factors = [(s + 1) / 4 if s < 4 else 0.5 * (1 + math.cos(math.pi * (s - 4) / 4)) for s in range(8)]
     assert used == pytest.approx([0.1 * factor for factor in factors])  # step s + 1 trains at factors[s]
-    logged = records(session.run_dir)
+    logged = records(session.run_dir, "train")
     assert [r["step"] for r in logged] == list(range(1, 9))
     assert [r["lr"] for r in logged] == pytest.approx(used)  # each step's own rate, not the next one's
 
@@ -245,7 +238,7 @@ def test_backbone_lr_scale_the_logged_peak_rate_and_the_optimizers_usual_weight_
     assert backbone and set(rates) - backbone  # a backbone and a head
     for key, rate in rates.items():
         assert rate == pytest.approx(0.025 if key in backbone else 0.1)
-    assert records(session.run_dir)[0]["lr"] == pytest.approx(0.1)  # the peak rate, not the backbone's
+    assert records(session.run_dir, "train")[0]["lr"] == pytest.approx(0.1)  # the peak rate, not the backbone's
     assert {group["weight_decay"] for group in session.optimizer.param_groups} == {0.0, decay}
     assert json.loads((session.run_dir / "args.json").read_text())["weight_decay"] == decay
 
@@ -278,7 +271,7 @@ def test_seeds_and_deterministic_mode(train_script, tiny_args, tmp_path, backend
     for name, seed, extra in (("c", 2, ["--deterministic"]), ("a", 1, []), ("b", 1, [])):
         argv = [*tiny_args, "--seed", str(seed), "--max-steps-per-epoch", "3", "--log-interval", "1", *extra]
         assert train_script.main([*argv, "--output-dir", str(tmp_path / name)]) == 0
-        losses[name] = [r["loss"] for r in records(tmp_path / name / "run")]
+        losses[name] = [r["loss"] for r in records(tmp_path / name / "run", "train")]
         if name == "c":
             assert torch.are_deterministic_algorithms_enabled()
             assert not torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
@@ -331,7 +324,7 @@ def test_log_interval_counts_optimizer_steps_in_log_lines_metrics_and_tensorboar
     flags = ["--shapes-train-size", "80", "--batch-size", "8", "--accum-steps", "2", "--log-interval", "2"]
     argv = [*tiny_args, *flags, "--epochs", "2", "--progress", "auto"]  # auto: log lines without a terminal
     assert train_script.main(argv) == 0
-    logged = [(r["epoch"], r["step"]) for r in records(run_dir(argv))]
+    logged = [(r["epoch"], r["step"]) for r in records(run_dir(argv), "train")]
     assert logged == [(0, 2), (0, 4), (0, 5), (1, 6), (1, 8), (1, 10)]
     assert len([line for line in capsys.readouterr().out.splitlines() if "efficiency" in line]) == 6
     events = EventAccumulator(str(run_dir(argv)))

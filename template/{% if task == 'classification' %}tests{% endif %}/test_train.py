@@ -18,16 +18,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from conftest import run_one_epoch
-
-
-def run_dir(args: list[str]) -> Path:
-    return Path(args[args.index("--output-dir") + 1]) / args[args.index("--run-name") + 1]
-
-
-def records(directory: Path, split: str) -> list[dict]:
-    lines = (directory / "metrics.jsonl").read_text().splitlines()
-    return [record for record in map(json.loads, lines) if record["split"] == split]
+from conftest import records, run_dir, run_one_epoch
 
 
 def contents(directory: Path) -> dict[str, bytes]:
