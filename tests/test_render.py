@@ -93,8 +93,9 @@ def test_ruff(project):
 @pytest.mark.parametrize(("multi_gpu", "task"), [("ddp", "classification"), ("none", "classification"),
                                                  ("ddp", "restoration")])  # fmt: skip
 def test_ruff_with_long_names(tmp_path, multi_gpu, task):
-    """The longest names copier.yml accepts (32-character package, 24-character model) give lines ruff accepts."""
-    answers = {"package_name": "satellite_imagery_classifier_v22", "model_name": "MultiScaleSiameseResNetX"}
+    """The longest names copier.yml accepts (32-character package, 24-character model) give lines ruff accepts,
+    and a package name that sorts before conftest keeps isort's order (the tests' modules import after it)."""
+    answers = {"package_name": "aerial_imagery_classifier_v22_xx", "model_name": "MultiScaleSiameseResNetX"}
     project = render(tmp_path / "p", multi_gpu=multi_gpu, task=task, **answers)
     run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=project)
     run([sys.executable, "-m", "ruff", "format", "--no-cache", "--check", "."], cwd=project)
