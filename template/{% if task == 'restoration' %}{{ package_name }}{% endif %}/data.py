@@ -28,7 +28,11 @@ FLIPS = v2.Compose([v2.RandomHorizontalFlip(), v2.RandomVerticalFlip()])  # each
 
 
 def degraded_pair(clean: torch.Tensor, d: Degradation, train: bool, val_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(degraded, clean) of `clean` (3, S, S): flipped at random in training, seeded with `val_seed` in validation."""
+    """(degraded, clean) from `clean` (3, S, S) in [0, 1].
+
+    Training flips it at random (FLIPS) and degrades it, every draw from the global generator;
+    validation degrades it unflipped, with that generator at `val_seed`.
+    """
     if not train:
         with fixed_seed(val_seed):
             return degrade(clean, d), clean
@@ -145,8 +149,10 @@ def build_split(
 ) -> Dataset:
     """The training split (`train`) or the validation split, and only that one, of (degraded, clean) items.
 
-    Without `data_dir`, DegradedShapes (distinct seeds per split: no validation image is a training
-    image); with it, ImagePatches of data_dir/train or data_dir/val. UsageError on a missing or empty folder.
+    Without `data_dir`: DegradedShapes of `train_size` or `val_size` images of `patch_size` pixels
+    (distinct seeds per split, so no validation image is a training image). With it: ImagePatches
+    of `patch_size` pixels from data_dir/train (`patches_per_epoch` of them) or data_dir/val (`strict`: an
+    unreadable file raises images.UnreadableImageError). UsageError on a missing or empty folder.
     """
     if data_dir is None:
         size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)
@@ -156,5 +162,6 @@ def build_split(
 
 
 def collate_pairs(samples: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seeded items stacked as (degraded, clean), each (N, 3, S, S); their seeds have done their work."""
-    return tuple(default_collate(samples)[:2])
+    """Stack Seeded items into (degraded (N, 3, S, S), clean (N, 3, S, S)); their seeds have done their work."""
+    degraded, clean, _ = default_collate(samples)
+    return degraded, clean
