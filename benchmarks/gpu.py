@@ -5,7 +5,7 @@
     python benchmarks/gpu.py --device cpu --quick   # smoke run of this script on a CPU: no figures to keep
 
 Two models, each at --batch-size 256 under bf16 autocast, channels_last and torch.compile:
-  default   the template's TinyResNet (widths 16,32,64) on 3x32x32 images, 6 classes
+  default   the template's Classifier, its builtin residual network (widths 16,32,64), on 3x32x32 images, 6 classes
   resnet50  train.py --backbone resnet50 (torchvision's, no weights, a new head) on 3x224x224 images, 1000 classes
 
 Both loops train the same compiled module with the same optimizer (train.py's AdamW and cosine

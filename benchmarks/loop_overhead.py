@@ -7,7 +7,7 @@
     python benchmarks/loop_overhead.py --quick --task restoration --json result.json  # the restoration project
 
 The script renders this template with its default answers into a temporary folder, imports the
-rendered train.py and builds everything with its setup(): the default TinyResNet, the built-in
+rendered train.py and builds everything with its setup(): the default Classifier (networks.py's residual network), the built-in
 shapes dataset, the DataLoader, AdamW, the schedule and the run logger. Every variant then trains
 that same model object with that same optimizer on that same DataLoader (same dataset, sampler,
 batch size and num_workers, so the data pipeline costs all of them the same), for the same number
@@ -40,7 +40,7 @@ Evaluation, the same way: train.py's validate() (evaluation.evaluate() plus summ
 bare loop under torch.no_grad() that sums the loss and the correct predictions, on the same
 validation DataLoader (--eval-batches batches).
 
-What each loop adds per step, on a near-zero model (micro_session(): a 4-channel TinyResNet on
+What each loop adds per step, on a near-zero model (micro_session(): a 4-channel Classifier on
 8x8 images in batches of 8 from a TensorDataset, about 2 ms a step): generated, bare and
 lightning train it for --micro-steps steps, and the table gives each loop's microseconds per
 step over the bare loop's, paired by round, and that as a share of a default-model step. On the
@@ -327,7 +327,7 @@ def run_bare_eval(session: Any, memory_format: torch.memory_format, ops: ModuleT
 def micro_session(train: ModuleType, opts: argparse.Namespace, workdir: Path) -> tuple[Any, Any, argparse.Namespace]:
     """A session whose steps cost almost nothing, so that what each loop adds per step shows.
 
-    A 4-channel TinyResNet (restoration: a one-level U-Net) on 8x8 images in batches of 8, fed
+    A 4-channel Classifier (restoration: a one-level U-Net) on 8x8 images in batches of 8, fed
     from images made once and held in a TensorDataset (the project's sampler, default collation):
     a step takes about 2 ms, data loading a small part of it.
     """
@@ -574,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = f"{info['torch_threads']} torch threads"
     print(f"\n{info['cpu']}, {info['cores']} cores, {threads}, torch {info['torch']}, device {opts.device}")
     dropped = f", {result['rounds_dropped']} busy rounds dropped" if result["rounds_dropped"] else ""
-    model = "TinyResNet (train.py defaults), built-in shapes"
+    model = "Classifier (train.py defaults), built-in shapes"
     if opts.task == "restoration":
         model = "Restorer U-Net (train.py defaults), built-in shapes with noise"
     print(f"{model}: {opts.steps} steps x {result['rounds']} rounds{dropped}")

@@ -29,7 +29,7 @@ from conftest import REPO
 GUARD_RATIO_VS_BARE = 0.5
 
 
-@pytest.mark.parametrize(("task", "header"), [("classification", "TinyResNet"), ("restoration", "Restorer U-Net")])
+@pytest.mark.parametrize(("task", "header"), [("classification", "Classifier"), ("restoration", "Restorer U-Net")])
 def test_loop_overhead_quick(tmp_path, task, header):
     """--quick for each task's project (about 30 s for classification, 45 s for restoration, on 2 cores)."""
     path = tmp_path / "loop_overhead.json"

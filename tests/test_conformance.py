@@ -43,7 +43,7 @@ COMBINATIONS = [
 
 
 def combination_id(answers: dict) -> str:
-    return f"{answers['multi_gpu']}-py{answers['python_version']}-{answers.get('model_name', 'TinyResNet')}"
+    return f"{answers['multi_gpu']}-py{answers['python_version']}-{answers.get('model_name', 'Classifier')}"
 
 
 def pytest_in(project: Path, *args: str) -> subprocess.CompletedProcess:

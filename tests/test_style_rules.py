@@ -19,7 +19,7 @@ spec = importlib.util.spec_from_file_location("style_rules", REPO / "template" /
 style_rules = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(style_rules)
 
-PACKAGE, MODEL_MODULE = "shape_classifier", "tiny_resnet"
+PACKAGE, MODEL_MODULE = "shape_classifier", "classifier"
 MAIN = '\n\ndef main() -> int:\n    return 0\n\n\nif __name__ == "__main__":\n    main()\n'
 
 

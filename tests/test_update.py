@@ -35,9 +35,9 @@ from packaging.version import InvalidVersion, Version
 
 from conftest import REPO, render
 
-MODEL = "shape_classifier/tiny_resnet.py"  # the model file with the default answers
+MODEL = "shape_classifier/classifier.py"  # the model file with the default answers
 CLASSIFICATION = "{{% if task == 'classification' %}}{}{{% endif %}}"  # a classification file's template name
-MOVED_MODEL = "shape_classifier/models/tiny_resnet.py"  # where 2.0.0 puts it
+MOVED_MODEL = "shape_classifier/models/classifier.py"  # where 2.0.0 puts it
 TEMPLATE_MARK = "[template 1.1.0] "
 WORKFLOW = ".github/workflows/copier-update.yml"
 CONFLICT_STEP = "Fail when the update left conflicts"
@@ -155,7 +155,7 @@ def user_edits(project: Path) -> None:
     """What a user typically changes: code added to train.py and the model file, notes in README."""
     with (project / "train.py").open("a") as f:
         f.write(USER_FUNCTION)
-    edit_first(project / MODEL, "class TinyResNet\\(nn.Module\\)", lambda line: USER_COMMENT + line)
+    edit_first(project / MODEL, "class Classifier\\(nn.Module\\)", lambda line: USER_COMMENT + line)
     with (project / MODEL).open("a") as f:
         f.write(USER_CLASS)
     with (project / "README.md").open("a") as f:
@@ -516,11 +516,13 @@ def test_update_from_the_latest_release_tag_to_head(tmp_path):
         commit_all(dst, f"Start from the template {tag}")
         return dst
 
-    # Without edits: the same tree as a fresh copy of HEAD (this working tree, uncommitted changes included).
+    # Without edits: the same tree as a fresh copy of HEAD (this working tree, uncommitted changes included) given
+    # the answers the project recorded: a default that changed since (model_name's) leaves the project's as it was.
     untouched = copy_tag(tmp_path / "untouched")
-    update(untouched, "HEAD", unsafe=True)  # this repository's own migrations, if it crosses any
-    fresh = run_copy(str(REPO), tmp_path / "fresh", data=answers, defaults=True, vcs_ref="HEAD", quiet=True).dst_path
     answers_file = ".copier-answers.yml"
+    recorded = {k: v for k, v in yaml.safe_load((untouched / answers_file).read_text()).items() if k[0] != "_"}
+    update(untouched, "HEAD", unsafe=True)  # this repository's own migrations, if it crosses any
+    fresh = run_copy(str(REPO), tmp_path / "fresh", data=recorded, defaults=True, vcs_ref="HEAD", quiet=True).dst_path
     assert without_commit(untouched / answers_file) == without_commit(Path(fresh) / answers_file)
     (untouched / answers_file).unlink()
     (Path(fresh) / answers_file).unlink()
