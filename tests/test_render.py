@@ -1,7 +1,7 @@
-"""Render every multi_gpu choice and run each project's own checks: ruff, then its pytest suite.
+"""Render every multi_gpu choice of each task and run each project's own checks: ruff, then its pytest suite.
 
-One more rendering uses other names for the package and the model, so that nothing in the
-generated code or its tests depends on the defaults. Run: pytest tests/test_render.py
+The dataparallel renderings use other names for the project, the package and the model, so that
+nothing in the generated code or its tests depends on the defaults. Run: pytest tests/test_render.py
 """
 
 import re
@@ -14,11 +14,11 @@ import yaml
 
 from conftest import render, run
 
+RENAMED = {"project_name": "Vision Lab", "model_name": "SimpleCNN", "license": "none"}
 ANSWERS = {
     "ddp": {"multi_gpu": "ddp"},
-    "dataparallel": {"multi_gpu": "dataparallel"},
     "none": {"multi_gpu": "none"},
-    "renamed": {"multi_gpu": "none", "project_name": "Vision Lab", "model_name": "SimpleCNN", "license": "none"},
+    "dataparallel-renamed": {"multi_gpu": "dataparallel", **RENAMED},
 }
 # Leftover template syntax: Jinja blocks, comments and expressions ("${{ }}" in GitHub workflow
 # files is GitHub's own syntax, not Jinja's).
@@ -107,17 +107,20 @@ def test_project_pytest(project):
 
 
 # The restoration task's project, checked like the rest, for each multi_gpu choice.
-RESTORATION_MODULES = ("layers", "networks", "losses", "ops", "restorer", "data", "degradations", "evaluation", "task")
+RESTORATION_MODULES = ("layers", "networks", "losses", "ops", "data", "degradations", "evaluation", "task")
 
 
-@pytest.fixture(scope="module", params=["ddp", "dataparallel", "none"])
+@pytest.fixture(scope="module", params=["ddp", "none", "dataparallel-renamed"])
 def restoration(request, tmp_path_factory) -> Path:
-    return render(tmp_path_factory.mktemp("restoration") / "project", task="restoration", multi_gpu=request.param)
+    multi_gpu, _, renamed = request.param.partition("-")
+    names = {**RENAMED, "model_name": "PhotoDenoiser"} if renamed else {}
+    return render(tmp_path_factory.mktemp("restoration") / "project", task="restoration", multi_gpu=multi_gpu, **names)
 
 
 def test_restoration_layout_ruff_and_suite(restoration):
-    package = restoration / "shape_restorer"
-    assert all((package / f"{name}.py").is_file() for name in RESTORATION_MODULES)
+    answers = yaml.safe_load((restoration / ".copier-answers.yml").read_text())
+    package = restoration / answers["package_name"]
+    assert all((package / f"{name}.py").is_file() for name in (*RESTORATION_MODULES, answers["model_module"]))
     assert not (package / "transforms.py").exists() and not (package / "pretrained.py").exists()
     scripts = ("train.py", "test.py", "predict.py", "export.py", "README.md")
     assert all((restoration / name).is_file() for name in scripts)
