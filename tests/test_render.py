@@ -108,13 +108,16 @@ def test_project_pytest(project):
 
 # The restoration task's project, checked like the rest, for each multi_gpu choice.
 RESTORATION_MODULES = ("layers", "networks", "losses", "ops", "data", "degradations", "evaluation", "task")
+RESTORATION = {
+    "ddp": {"multi_gpu": "ddp"},
+    "none": {"multi_gpu": "none"},
+    "dataparallel-renamed": {"multi_gpu": "dataparallel", **RENAMED, "model_name": "PhotoDenoiser"},
+}
 
 
-@pytest.fixture(scope="module", params=["ddp", "none", "dataparallel-renamed"])
+@pytest.fixture(scope="module", params=RESTORATION)
 def restoration(request, tmp_path_factory) -> Path:
-    multi_gpu, _, renamed = request.param.partition("-")
-    names = {**RENAMED, "model_name": "PhotoDenoiser"} if renamed else {}
-    return render(tmp_path_factory.mktemp("restoration") / "project", task="restoration", multi_gpu=multi_gpu, **names)
+    return render(tmp_path_factory.mktemp("restoration") / "project", task="restoration", **RESTORATION[request.param])
 
 
 def test_restoration_layout_ruff_and_suite(restoration):
