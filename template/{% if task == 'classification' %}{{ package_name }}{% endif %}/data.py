@@ -153,18 +153,24 @@ def run_options(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def validation_split(
-    state: dict[str, Any], prep: Preprocessing, data_dir: Path | None = None, **options: Any
+    state: dict[str, Any], prep: Preprocessing, data_dir: Path | None = None, labels: Path | None = None, **options: Any
 ) -> DataSplits:
-    """The validation split (.val) of the run that saved checkpoint `state`, rebuilt as it was, its held-out images too.
+    """The images test.py evaluates (.val): the run's validation split, or all of other data.
 
-    `data_dir`: another folder's validation split instead (its own, or the images it would hold out);
-    `options` go to build_datasets (`strict`).
+    The run that saved checkpoint `state` has its validation split rebuilt as it was, its held-out images too.
+    Other data: `data_dir` (DIR/val/ if DIR has one, else every image of DIR/<class>/; a torchvision dataset's
+    test split, for a run on one) or the `labels` CSV (every image it lists, or its val rows where it has a
+    split column; paths relative to it or to `data_dir`). `options` go to build_datasets (`strict`).
     """
     trained = state["args"]
-    held_out = state.get("held_out") if data_dir is None else None
-    data_dir = data_dir or (Path(trained["data_dir"]) if trained["data_dir"] else None)
-    name = dataset_name(trained["dataset"], data_dir)
-    return build_datasets(name, data_dir, prep, splits=("val",), held_out=held_out, **run_options(trained), **options)
+    options = {**run_options(trained), **options}
+    if data_dir is None and labels is None:  # the run's own validation images
+        data_dir = Path(trained["data_dir"]) if trained["data_dir"] else None
+        name = dataset_name(trained["dataset"], data_dir)
+        return build_datasets(name, data_dir, prep, splits=("val",), held_out=state.get("held_out"), **options)
+    torchvision_run = labels is None and trained["dataset"] in TORCHVISION_DATASETS  # its test split under data_dir
+    name = dataset_name(trained["dataset"] if torchvision_run else None, data_dir, labels)
+    return build_datasets(name, data_dir, prep, splits=("val",), **{**options, "labels": labels, "val_fraction": 1.0})
 
 
 def class_folders(root: Path) -> list[tuple[str, str, None]]:
@@ -222,8 +228,11 @@ def held_out_images(rows: list[tuple], fraction: float) -> list[str]:
     """The images held out for validation: `fraction` of each class's, chosen by samplers.hold_out.
 
     The key of an image is "<class>/<path>", so the choice is the same on every machine and adding
-    images moves no other; every class has at least one held-out image and one to train on.
+    images moves no other; every class has at least one held-out image and one to train on. `fraction` 1: every
+    image (test.py evaluating other data).
     """
+    if fraction == 1:
+        return sorted(path for path, _, _ in rows)
     by_class: dict[str, list[str]] = {}
     for path, label, _ in rows:
         by_class.setdefault(label, []).append(path)
