@@ -22,8 +22,8 @@ CASES = {
     "compile": ["--channels-last", "--compile"],
     "large-ema": [*LARGE_MODEL, "--channels-last", "--amp", "bf16", "--ema-decay", "0.9"],
 }
-# The CPU twin leaves out fp16, which needs a GPU, and torch.compile, which takes half a minute
-# to compile on a CPU (test_techniques.py compiles a smaller model there).
+# The CPU twin leaves out fp16, which needs a GPU, and torch.compile, whose Inductor build takes
+# half a minute on a CPU.
 CPU_CASES = ("fp32", "bf16", "channels-last")
 PARAMS = [pytest.param("cuda", name, marks=CUDA, id=f"cuda-{name}") for name in CASES]
 PARAMS += [pytest.param("cpu", name, id=f"cpu-{name}") for name in CPU_CASES]
