@@ -84,6 +84,7 @@ def build_datasets(
     columns: tuple[str, str] = ("image", "label"),
     val_fraction: float = 0.1,
     held_out: list[str] | None = None,
+    classes: list[str] | None = None,
     download: bool = False,
     strict: bool = False,
     seed: int = 0,
@@ -96,6 +97,7 @@ def build_datasets(
     (with the same class folders), or from DIR/<class>/ or the `labels` CSV, whose `held_out` images
     (else the held_out_images() of `val_fraction`) are the validation split. A torchvision dataset or
     the shapes are read for the splits asked for only. Raises UsageError on a missing or empty source.
+    Image files' labels index `classes` (a trained model's: UsageError for another label), else their sorted set.
     `strict`: an unreadable image file raises images.UnreadableImageError.
     """
     if download and name not in TORCHVISION_DATASETS:
@@ -125,7 +127,10 @@ def build_datasets(
     else:
         made = {split: _torchvision_dataset(name, data_dir, split, transforms[split], download) for split in splits}
         return DataSplits(made.get("train"), made.get("val"), list(made[splits[0]].classes), prep.channels or channels)
-    classes = sorted({label for _, label, _ in rows})
+    found = sorted({label for _, label, _ in rows})
+    if classes is not None and (unknown := [label for label in found if label not in classes]):
+        raise UsageError(f"{root}: class {unknown[0]!r} is not one of the model's {len(classes)}: {', '.join(classes)}")
+    classes = found if classes is None else classes
     chosen = []
     if any(split is None for _, _, split in rows):  # no split given: hold one out
         chosen = held_out_images(rows, val_fraction) if held_out is None else held_out
@@ -160,7 +165,8 @@ def validation_split(
     The run that saved checkpoint `state` has its validation split rebuilt as it was, its held-out images too.
     Other data: `data_dir` (DIR/val/ if DIR has one, else every image of DIR/<class>/; a torchvision dataset's
     test split, for a run on one) or the `labels` CSV (every image it lists, or its val rows where it has a
-    split column; paths relative to it or to `data_dir`). `options` go to build_datasets (`strict`).
+    split column; paths relative to it or to `data_dir`), its labels among the checkpoint's classes (not
+    necessarily all of them). `options` go to build_datasets (`strict`).
     """
     trained = state["args"]
     options = {**run_options(trained), **options}
@@ -170,7 +176,8 @@ def validation_split(
         return build_datasets(name, data_dir, prep, splits=("val",), held_out=state.get("held_out"), **options)
     torchvision_run = labels is None and trained["dataset"] in TORCHVISION_DATASETS  # its test split under data_dir
     name = dataset_name(trained["dataset"] if torchvision_run else None, data_dir, labels)
-    return build_datasets(name, data_dir, prep, splits=("val",), **{**options, "labels": labels, "val_fraction": 1.0})
+    options.update(labels=labels, val_fraction=1.0, classes=state["classes"])  # a test set may lack some classes
+    return build_datasets(name, data_dir, prep, splits=("val",), **options)
 
 
 def class_folders(root: Path) -> list[tuple[str, str, None]]:
