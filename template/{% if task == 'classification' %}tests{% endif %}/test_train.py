@@ -487,6 +487,10 @@ def bad_input_dir(tmp_path_factory) -> Path:
     for split in ("train", "val"):
         (tmp / "no-images" / split / "some_class").mkdir(parents=True)
     (tmp / "corrupt.pt").write_bytes(os.urandom(256))
+    for split in ("train", "val"):
+        (tmp / "unreadable-val" / split / "some_class").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(tmp / "unreadable-val" / "train" / "some_class" / "0.png")
+    (tmp / "unreadable-val" / "val" / "some_class" / "0.png").write_bytes(b"not a PNG")
     (tmp / "a-file").write_text("not a directory")
     return tmp
 
@@ -502,3 +506,13 @@ def test_bad_input_is_one_line_and_exit_2(finished, train_script, tiny_args, bad
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert contents(finished[0]) == before  # nothing overwritten
     assert not run_dir(tiny_args).exists()  # and no run directory left behind
+
+
+def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
+    train_script, tiny_args, bad_input_dir, capsys
+):
+    assert train_script.main([*tiny_args, "--data-dir", str(bad_input_dir / "unreadable-val")]) == 2
+    err = capsys.readouterr().err.splitlines()  # the file skipped, then why the run cannot start
+    assert err[0].startswith("skipping an unreadable image: cannot read ") and len(err) == 2
+    assert err[1] == "train.py: error: none of the 1 validation images can be read"
+    assert not run_dir(tiny_args).exists()
