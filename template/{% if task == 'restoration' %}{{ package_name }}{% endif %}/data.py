@@ -1,9 +1,10 @@
 """The dataset module: (degraded, clean) image pairs, both float32 (3, S, S) in [0, 1] (degradations.py degrades).
 
 Built-in synthetic shapes (without --data-dir; no download), or patches of every image file under
-DIR/train/ and DIR/val/ (any nesting; unreadable files skipped, images.py); test.py scores whole
-images (WholeImages). Every random draw (crop, flips, degradation) comes from torch's global generator:
-samplers.Seeded seeds it per training sample, samplers.fixed_seed per validation item, every epoch.
+DIR/train/ and DIR/val/, or under DIR with a share held out (any nesting; unreadable files skipped,
+images.py); test.py scores whole images (WholeImages). Every random draw (crop, flips, degradation)
+comes from torch's global generator: samplers.Seeded seeds it per training sample,
+samplers.fixed_seed per validation item, every epoch.
 """
 
 from pathlib import Path
@@ -17,7 +18,7 @@ from torchvision.transforms.v2.functional import resize
 from . import UsageError
 from .degradations import Degradation, degrade
 from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable
-from .harness.samplers import fixed_seed, sample_seed
+from .harness.samplers import fixed_seed, hold_out, sample_seed
 from .shapes import SyntheticShapes
 
 CLEAN_GRADIENT = 0.6  # how much the built-in images' background brightens across the image
@@ -65,36 +66,54 @@ class DegradedShapes(Dataset):
         return degraded_pair(clean, self.degradation, self.train, sample_seed(self.seed, 0, index))
 
 
+def image_files(root: Path) -> list[str]:
+    """Every image file under `root` (any nesting), sorted; UsageError if `root` is no folder or holds none."""
+    if not root.is_dir():
+        raise UsageError(f"image folder {root} does not exist (expected image files, or DIR/train/ and DIR/val/)")
+    paths = sorted(str(path) for path in root.rglob("*") if path.name.lower().endswith(IMAGE_EXTENSIONS))
+    paths = [path for path in paths if Path(path).is_file()]
+    if not paths:
+        raise UsageError(f"image folder {root} has no images (none of {' '.join(IMAGE_EXTENSIONS)} under it)")
+    return paths
+
+
+def held_out_images(data_dir: Path, fraction: float) -> list[str]:
+    """The images that validate (paths relative to `data_dir`); [] when DIR/train/ and DIR/val/ say which.
+
+    Of a `data_dir` without them, `fraction` of its images, chosen by samplers.hold_out on their relative
+    paths: at least one, never all; the same on every machine, and adding images moves no other.
+    """
+    if (data_dir / "train").is_dir() or (data_dir / "val").is_dir():
+        return []
+    paths = [Path(path).relative_to(data_dir).as_posix() for path in image_files(data_dir)]
+    if len(paths) < 2:
+        raise UsageError(f"{data_dir} has 1 image: holding out a validation split needs 2 or more")
+    return sorted(hold_out(paths, fraction))
+
+
 class ImagePatches(SkipsUnreadable, Dataset):
-    """Patches of every image file under `root` (sorted paths, any nesting) as (degraded, clean) items.
+    """Patches of the image files `paths` as (degraded, clean) items.
 
     An image whose shorter side is below `patch_size` is first enlarged (bicubic, aspect kept) to
     it. Training has `patches_per_epoch` items however many files there are, item i a random patch
     of file i % files (as BasicSR's enlarged sampler: a shuffled epoch visits every file alike),
     flipped and degraded as degraded_pair() says. Validation has one item per file, its centre
     patch, degraded the same way in every epoch and run. Unreadable files are skipped as
-    images.SkipsUnreadable says (substituted in training). UsageError if `root` is no folder or
-    holds no image.
+    images.SkipsUnreadable says (substituted in training).
     """
 
     def __init__(
         self,
-        root: str | Path,
+        paths: list[str],
         patch_size: int,
         degradation: Degradation,
         train: bool,
         patches_per_epoch: int = PATCHES_PER_EPOCH,
         strict: bool = False,
     ) -> None:
-        if not Path(root).is_dir():
-            raise UsageError(f"image folder {root} does not exist (expected DIR/train/ and DIR/val/ holding images)")
         if patch_size < 1 or patches_per_epoch < 1:
             raise UsageError(f"patch size {patch_size} and patches per epoch {patches_per_epoch} must be >= 1")
-        files = (path for path in Path(root).rglob("*") if path.name.lower().endswith(IMAGE_EXTENSIONS))
-        self.paths = sorted(str(path) for path in files if path.is_file())
-        if not self.paths:
-            raise UsageError(f"image folder {root} has no images (none of {' '.join(IMAGE_EXTENSIONS)} under it)")
-        self.patch_size, self.degradation, self.train = patch_size, degradation, train
+        self.paths, self.patch_size, self.degradation, self.train = paths, patch_size, degradation, train
         self.length = patches_per_epoch if train else len(self.paths)
         self.track_unreadable(len(self.paths), strict=strict, substitute=train)
 
@@ -120,14 +139,14 @@ class ImagePatches(SkipsUnreadable, Dataset):
 
 
 class WholeImages(ImagePatches):
-    """Every image file under `root` whole, as (degraded, clean) items (3, H, W) of its own size: what benchmarks score.
+    """The image files `paths` whole, as (degraded, clean) items (3, H, W) of their own size: what benchmarks score.
 
     ImagePatches' validation items without the crop (nor the enlargement of small images): item i
     is file i degraded with the same seed every time, so the scores are reproducible.
     """
 
-    def __init__(self, root: str | Path, degradation: Degradation, strict: bool = False) -> None:
-        super().__init__(root, 1, degradation, train=False, strict=strict)
+    def __init__(self, paths: list[str], degradation: Degradation, strict: bool = False) -> None:
+        super().__init__(paths, 1, degradation, train=False, strict=strict)
 
     def _clean(self, file_index: int) -> torch.Tensor | None:
         """File `file_index` whole, float (3, H, W) in [0, 1]; None if it cannot be read."""
@@ -141,6 +160,7 @@ def build_split(
     degradation: Degradation,
     patch_size: int,
     *,
+    held_out: list[str] | None = None,
     patches_per_epoch: int = PATCHES_PER_EPOCH,
     strict: bool = False,
     seed: int = 0,
@@ -151,14 +171,25 @@ def build_split(
 
     Without `data_dir`: DegradedShapes of `train_size` or `val_size` images of `patch_size` pixels
     (distinct seeds per split, so no validation image is a training image). With it: ImagePatches
-    of `patch_size` pixels from data_dir/train (`patches_per_epoch` of them) or data_dir/val (`strict`: an
-    unreadable file raises images.UnreadableImageError). UsageError on a missing or empty folder.
+    of `patch_size` pixels (`patches_per_epoch` of them in training) from data_dir/train or data_dir/val,
+    or, given the `held_out` images (held_out_images()), from those or the rest of data_dir (`strict`: an
+    unreadable file raises images.UnreadableImageError). UsageError on a missing or empty folder, or a
+    held-out image gone.
     """
     if data_dir is None:
         size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)
         return DegradedShapes(size, patch_size, split_seed, degradation, train)
-    root = Path(data_dir) / ("train" if train else "val")
-    return ImagePatches(root, patch_size, degradation, train, patches_per_epoch, strict=strict)
+    data_dir = Path(data_dir)
+    if not held_out:
+        paths = image_files(data_dir / ("train" if train else "val"))
+    elif train:  # every other image, those added since the split was chosen too
+        held = set(held_out)
+        paths = [path for path in image_files(data_dir) if Path(path).relative_to(data_dir).as_posix() not in held]
+    elif missing := [path for path in held_out if not (data_dir / path).is_file()]:
+        raise UsageError(f"{len(missing)} of the run's held-out images are gone from {data_dir}, e.g. {missing[0]}")
+    else:
+        paths = [str(data_dir / path) for path in held_out]
+    return ImagePatches(paths, patch_size, degradation, train, patches_per_epoch, strict=strict)
 
 
 def collate_pairs(samples: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
