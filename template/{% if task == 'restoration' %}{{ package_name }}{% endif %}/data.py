@@ -185,6 +185,8 @@ def build_split(
     elif train:  # every other image, those added since the split was chosen too
         held = set(held_out)
         paths = [path for path in image_files(data_dir) if Path(path).relative_to(data_dir).as_posix() not in held]
+        if not paths:
+            raise UsageError(f"{data_dir} has no images left to train on besides the {len(held)} held out")
     elif missing := [path for path in held_out if not (data_dir / path).is_file()]:
         raise UsageError(f"{len(missing)} of the run's held-out images are gone from {data_dir}, e.g. {missing[0]}")
     else:
