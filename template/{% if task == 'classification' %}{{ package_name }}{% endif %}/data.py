@@ -141,8 +141,9 @@ def build_datasets(
         rows = [(path, label, "val" if path in held else "train") for path, label, _ in rows]
     index = {name: i for i, name in enumerate(classes)}
     samples = {s: [(str(root / path), index[label]) for path, label, where in rows if where == s] for s in splits}
-    if empty := [s for s in splits if not samples[s]]:  # a split column that names one split alone
-        raise UsageError(f"{labels}: no image has split {empty[0]}: name both train and val, or leave the column out")
+    if empty := [s for s in splits if not samples[s]]:  # a CSV's split column naming one split alone, or images gone
+        reason = "every image left is held out" if chosen else "name both train and val in its split column"
+        raise UsageError(f"{labels or root}: no {empty[0]} images: {reason}")
     made = {s: ImageFiles(samples[s], transforms[s], strict=strict, substitute=s == "train") for s in splits}
     return DataSplits(made.get("train"), made.get("val"), classes, 3, chosen)
 
