@@ -131,14 +131,7 @@ def build_datasets(
     if classes is not None and (unknown := [label for label in found if label not in classes]):
         raise UsageError(f"{root}: class {unknown[0]!r} is not one of the model's {len(classes)}: {', '.join(classes)}")
     classes = found if classes is None else classes
-    chosen = []
-    if any(split is None for _, _, split in rows):  # no split given: hold one out
-        chosen = held_out_images(rows, val_fraction) if held_out is None else held_out
-        held = set(chosen)
-        missing = held - {path for path, _, _ in rows}
-        if missing:
-            raise UsageError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
-        rows = [(path, label, "val" if path in held else "train") for path, label, _ in rows]
+    rows, chosen = assign_splits(rows, root, held_out, val_fraction)
     index = {name: i for i, name in enumerate(classes)}
     samples = {s: [(str(root / path), index[label]) for path, label, where in rows if where == s] for s in splits}
     if empty := [s for s in splits if not samples[s]]:  # a CSV's split column naming one split alone, or images gone
@@ -232,6 +225,23 @@ def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str])
     if not rows:
         raise UsageError(f"{csv_file} lists no images")
     return root, rows
+
+
+def assign_splits(
+    rows: list[tuple], root: Path, held_out: list[str] | None, fraction: float
+) -> tuple[list[tuple], list[str]]:
+    """`rows` with their splits, and the images the project held out ([] where the data gives every split).
+
+    Where it gives none, `held_out` (a resumed run's; else held_out_images() of `fraction`) validate;
+    UsageError if one of them is gone from `root`.
+    """
+    if all(split is not None for _, _, split in rows):
+        return rows, []
+    chosen = held_out_images(rows, fraction) if held_out is None else held_out
+    held = set(chosen)
+    if missing := held - {path for path, _, _ in rows}:
+        raise UsageError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
+    return [(path, label, "val" if path in held else "train") for path, label, _ in rows], chosen
 
 
 def held_out_images(rows: list[tuple], fraction: float) -> list[str]:
