@@ -17,7 +17,7 @@ from torchvision.transforms.v2.functional import resize
 
 from . import UsageError
 from .degradations import Degradation, degrade
-from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable
+from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable, list_images
 from .harness.samplers import fixed_seed, hold_out, sample_seed
 from .shapes import SyntheticShapes
 
@@ -70,8 +70,7 @@ def image_files(root: Path) -> list[str]:
     """Every image file under `root` (any nesting), sorted; UsageError if `root` is no folder or holds none."""
     if not root.is_dir():
         raise UsageError(f"image folder {root} does not exist (expected image files, or DIR/train/ and DIR/val/)")
-    paths = sorted(str(path) for path in root.rglob("*") if path.name.lower().endswith(IMAGE_EXTENSIONS))
-    paths = [path for path in paths if Path(path).is_file()]
+    paths = [str(path) for path in list_images(root)]
     if not paths:
         raise UsageError(f"image folder {root} has no images (none of {' '.join(IMAGE_EXTENSIONS)} under it)")
     return paths

@@ -1,8 +1,10 @@
 """Image files as they come (any mode, EXIF-rotated, some unreadable): read_image() opens every one."""
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -17,6 +19,12 @@ from .checkpoint import reason
 
 IMAGE_EXTENSIONS = datasets.folder.IMG_EXTENSIONS
 T = TypeVar("T")
+
+
+def list_images(folder: Path) -> list[Path]:
+    """Every image file under `folder`, any nesting, sorted; symlinked folders are followed, as in ImageFolder."""
+    found = (Path(top, name) for top, _, names in os.walk(folder, followlinks=True) for name in names)
+    return sorted((path for path in found if path.suffix.lower() in IMAGE_EXTENSIONS and path.is_file()), key=str)
 
 
 class UnreadableImageError(UsageError):
