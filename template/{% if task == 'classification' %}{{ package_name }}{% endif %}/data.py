@@ -179,7 +179,8 @@ def validation_split(
 def class_folders(root: Path) -> list[tuple[str, str, None]]:
     """ROOT/<class>/**/<image> as (path relative to root, class, None) rows; UsageError if there is none."""
     if not root.is_dir():
-        raise UsageError(f"image folder {root} does not exist (expected DIR/<class>/, or DIR/train/ and DIR/val/)")
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise UsageError(f"image folder {root} {what} (expected DIR/<class>/, or DIR/train/ and DIR/val/)")
     try:
         classes, index = datasets.folder.find_classes(str(root))
         samples = datasets.folder.make_dataset(str(root), index, extensions=datasets.folder.IMG_EXTENSIONS)

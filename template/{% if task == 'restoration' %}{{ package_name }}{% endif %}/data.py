@@ -69,7 +69,8 @@ class DegradedShapes(Dataset):
 def image_files(root: Path) -> list[str]:
     """Every image file under `root` (any nesting), sorted; UsageError if `root` is no folder or holds none."""
     if not root.is_dir():
-        raise UsageError(f"image folder {root} does not exist (expected image files, or DIR/train/ and DIR/val/)")
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise UsageError(f"image folder {root} {what} (expected image files, or DIR/train/ and DIR/val/)")
     paths = [str(path) for path in list_images(root)]
     if not paths:
         raise UsageError(f"image folder {root} has no images (none of {' '.join(IMAGE_EXTENSIONS)} under it)")
