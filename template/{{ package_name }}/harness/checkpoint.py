@@ -139,8 +139,13 @@ def read(path: Path, what: str, map_location: torch.device | str = "cpu") -> Any
     """torch.load(path, weights_only=True); a file it cannot read is a UsageError naming `what` and the path."""
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
+    except PermissionError as err:  # other OSErrors come from a broken zip archive: corrupt, below
+        raise UsageError(f"cannot read {what} {path}: {reason(err)}") from None
     except Exception as err:  # noqa: BLE001 - garbage bytes fail in many ways inside the unpickler
-        raise UsageError(f"{what} {path} is corrupt or not a PyTorch file ({reason(err)})") from None
+        # torch's own message suggests weights_only=False, which would run whatever the file holds: not repeated.
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        why = f" (it holds a {found[1]}: only tensors and plain values are loaded)" if found else ""
+        raise UsageError(f"{what} {path} is corrupt or not a PyTorch file{why}") from None
 
 
 def restore(
