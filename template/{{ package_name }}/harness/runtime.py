@@ -154,12 +154,14 @@ class ArgumentParser(argparse.ArgumentParser):
         may_change: Collection[str],
         ignore: Collection[str],
         meaning: Callable[[str, Any, argparse.Namespace], Any] = lambda name, value, args: value,
+        moves: Collection[str] = (),
     ) -> None:
         """Give `args` (this invocation's) the flags of the run it resumes, `saved` (its args as JSON), in place.
 
         Flags in `ignore` keep this invocation's value, and those in `may_change` the saved one unless `given`.
         Any other flag takes the saved value, and raises UsageError when given with one that means something
         else: both parsed alike (types, nargs, paths resolved), then through `meaning(name, value, args)`.
+        A flag in `moves` (where the data lies) keeps another given path where the run had one too.
         """
 
         def meant(name: str, value: Any) -> Any:
@@ -171,6 +173,8 @@ class ArgumentParser(argparse.ArgumentParser):
                 continue
             value, now = _parsed(action, saved[name]), getattr(args, name)
             if name in given and meant(name, now) != meant(name, value):
+                if name in moves and now is not None and value is not None:
+                    continue  # the data elsewhere (copied to a node's own disk, say): the caller checks it is the same
                 flag = action.option_strings[-1]
                 raise UsageError(
                     f"{flag} {_show(now)} differs from the run's {_show(value)}: a resumed run keeps the flags it "
