@@ -100,6 +100,14 @@ def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, pati
         )
 
 
+def check_same_classes(classes: list[str], saved: list[str]) -> None:
+    """UsageError unless a resumed run's data (moved, perhaps) has the classes it was trained on, in their order."""
+    if classes != saved:
+        only = sorted(set(classes) ^ set(saved))
+        why = f"{only[0]!r} is in only one of them" if only else "the same names in another order"
+        raise UsageError(f"the data's classes are not the run's: {why}; start a new run")
+
+
 def what_is_kept(run_dir: Path) -> str:
     """After a failed write: which checkpoint is intact, and how to go on from it."""
     last = run_dir / "last.pt"
