@@ -466,7 +466,7 @@ BAD_INPUTS = [
     (["--warmup-epochs", "-1"], "--warmup-epochs: must be >= 0"),
     (["--widths", "8,,16"], "--widths: expected comma-separated integers"),
     (["--batch-size", "1"], "--batch-size 1 cannot train batch norm"),
-    (["--shapes-train-size", "8"], "fewer than one batch of 16"),
+    (["--shapes-train-size", "8"], "fewer than one batch (--batch-size 16)"),
     # A resumed run keeps its flags and its directory, and never overwrites a newer checkpoint.
     (["--resume", "{run}", "--epochs", "4", "--batch-size", "32"], "--batch-size 32 differs from the run's 16"),
     (["--resume", "{run}", "--epochs", "4", "--img-size", "32"], "--img-size 32 differs from the run's 16"),

@@ -35,6 +35,10 @@ TORCHVISION_DATASETS = {
 }
 
 
+class HeldOutGoneError(UsageError):
+    """A run's held-out images are not all in the data: it is not the run's, or some of them were deleted."""
+
+
 class DataSplits(NamedTuple):
     """The train and validation datasets (None where not asked for) plus what the model needs to know about them."""
 
@@ -162,7 +166,8 @@ def validation_split(
     Other data: `data_dir` (DIR/val/ if DIR has one, else every image of DIR/<class>/; a torchvision dataset's
     test split, for a run on one) or the `labels` CSV (every image it lists, or its val rows where it has a
     split column; paths relative to it or to `data_dir`), its labels among the checkpoint's classes (not
-    necessarily all of them). `options` go to build_datasets (`strict`).
+    necessarily all of them). Other data that holds every image the run held out is the run's own (moved,
+    or given again): its held-out images alone. `options` go to build_datasets (`strict`).
     """
     trained = state["args"]
     options = {**run_options(trained), **options}
@@ -173,6 +178,9 @@ def validation_split(
     torchvision_run = labels is None and trained["dataset"] in TORCHVISION_DATASETS  # its test split under data_dir
     name = dataset_name(trained["dataset"] if torchvision_run else None, data_dir, labels)
     options.update(labels=labels, val_fraction=1.0, classes=state["classes"])  # a test set may lack some classes
+    if state.get("held_out"):  # the run's data again, moved say: score what it held out, never what it trained on
+        with contextlib.suppress(HeldOutGoneError):
+            return build_datasets(name, data_dir, prep, splits=("val",), **{**options, "held_out": state["held_out"]})
     return build_datasets(name, data_dir, prep, splits=("val",), **options)
 
 
@@ -241,7 +249,7 @@ def assign_splits(
     chosen = held_out_images(rows, fraction) if held_out is None else held_out
     held = set(chosen)
     if missing := held - {path for path, _, _ in rows}:
-        raise UsageError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
+        raise HeldOutGoneError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
     return [(path, label, "val" if path in held else "train") for path, label, _ in rows], chosen
 
 

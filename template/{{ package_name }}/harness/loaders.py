@@ -66,8 +66,8 @@ def build_split_loaders(
     val_loader = build_loader(val, batch_size, sampler=val_sampler, **options)
     if len(train_loader) == 0:  # the last partial batch is dropped: a share smaller than a batch gives none
         share = f" {sampler.num_samples} per process," if world_size > 1 else ""
-        note = " (--batch-size is per process)" if world_size > 1 else ""
-        raise UsageError(f"the training set has {len(train)} images,{share} fewer than one batch of {batch_size}{note}")
+        size = f"--batch-size {batch_size}" + (", per process" if world_size > 1 else "")
+        raise UsageError(f"the training set has {len(train)} images,{share} fewer than one batch ({size})")
     return train_loader, val_loader
 
 
