@@ -442,7 +442,7 @@ BAD_INPUTS = [
     (["--epochs", "0"], "--epochs: must be > 0"),
     (["--dataset", "imagenet"], "invalid choice: 'imagenet'"),
     (["--data-dir", "{tmp}/missing"], "does not exist"),
-    (["--data-dir", "{tmp}/empty"], "empty has no images: Couldn't find any class folder"),
+    (["--data-dir", "{tmp}/empty"], "empty has no images: no class folder in it"),
     (["--resume", "{tmp}/missing.pt"], "does not exist"),
     (["--resume", "{tmp}/corrupt.pt"], "is corrupt or not a PyTorch file"),
     (["--amp", "fp16"], "--amp fp16 needs a GPU"),

@@ -22,7 +22,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 
 from . import UsageError
-from .harness.images import SkipsUnreadable
+from .harness.images import SkipsUnreadable, is_image_name
 from .harness.samplers import hold_out
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, Preprocessing, build_transforms
@@ -189,10 +189,13 @@ def class_folders(root: Path) -> list[tuple[str, str, None]]:
     if not root.is_dir():
         what = "is a file, not a folder" if root.exists() else "does not exist"
         raise UsageError(f"image folder {root} {what} (expected DIR/<class>/, or DIR/train/ and DIR/val/)")
+    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
+    if not classes:  # hidden folders (.ipynb_checkpoints, .git) are no classes, as hidden files are no images
+        raise UsageError(f"image folder {root} has no images: no class folder in it")
     try:
-        classes, index = datasets.folder.find_classes(str(root))
-        samples = datasets.folder.make_dataset(str(root), index, extensions=datasets.folder.IMG_EXTENSIONS)
-    except FileNotFoundError as err:  # no class folders, or no images in one of them
+        index = {name: i for i, name in enumerate(classes)}
+        samples = datasets.folder.make_dataset(str(root), index, is_valid_file=lambda path: is_image_name(path, root))
+    except FileNotFoundError as err:  # no images in one of them
         raise UsageError(f"image folder {root} has no images: {err}") from None
     return [(Path(path).relative_to(root).as_posix(), classes[label], None) for path, label in samples]
 
