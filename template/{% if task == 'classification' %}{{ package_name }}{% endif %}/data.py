@@ -165,9 +165,8 @@ def validation_split(
     The run that saved checkpoint `state` has its validation split rebuilt as it was, its held-out images too.
     Other data: `data_dir` (DIR/val/ if DIR has one, else every image of DIR/<class>/; a torchvision dataset's
     test split, for a run on one) or the `labels` CSV (every image it lists, or its val rows where it has a
-    split column; paths relative to it or to `data_dir`), its labels among the checkpoint's classes (not
-    necessarily all of them). Other data that holds every image the run held out is the run's own (moved,
-    or given again): its held-out images alone. `options` go to build_datasets (`strict`).
+    split column; paths relative to it or to `data_dir`), labels among the checkpoint's classes (not all of
+    them, maybe); of data holding every image the run held out, those alone. `options`: build_datasets'.
     """
     trained = state["args"]
     options = {**run_options(trained), **options}
@@ -178,9 +177,8 @@ def validation_split(
     torchvision_run = labels is None and trained["dataset"] in TORCHVISION_DATASETS  # its test split under data_dir
     name = dataset_name(trained["dataset"] if torchvision_run else None, data_dir, labels)
     options.update(labels=labels, val_fraction=1.0, classes=state["classes"])  # a test set may lack some classes
-    if state.get("held_out"):  # the run's data again, moved say: score what it held out, never what it trained on
-        with contextlib.suppress(HeldOutGoneError):
-            return build_datasets(name, data_dir, prep, splits=("val",), **{**options, "held_out": state["held_out"]})
+    with contextlib.suppress(HeldOutGoneError):  # the run's data again, moved say: never the images it trained on
+        return build_datasets(name, data_dir, prep, splits=("val",), **options, held_out=state.get("held_out") or None)
     return build_datasets(name, data_dir, prep, splits=("val",), **options)
 
 
@@ -190,12 +188,12 @@ def class_folders(root: Path) -> list[tuple[str, str, None]]:
         what = "is a file, not a folder" if root.exists() else "does not exist"
         raise UsageError(f"image folder {root} {what} (expected DIR/<class>/, or DIR/train/ and DIR/val/)")
     classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
-    if not classes:  # hidden folders (.ipynb_checkpoints, .git) are no classes, as hidden files are no images
+    if not classes:  # hidden folders (.ipynb_checkpoints) are no classes
         raise UsageError(f"image folder {root} has no images: no class folder in it")
     try:
         index = {name: i for i, name in enumerate(classes)}
         samples = datasets.folder.make_dataset(str(root), index, is_valid_file=lambda path: is_image_name(path, root))
-    except FileNotFoundError as err:  # no images in one of them
+    except FileNotFoundError as err:  # a class folder without images
         raise UsageError(f"image folder {root} has no images: {err}") from None
     return [(Path(path).relative_to(root).as_posix(), classes[label], None) for path, label in samples]
 
