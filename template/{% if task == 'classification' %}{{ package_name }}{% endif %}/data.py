@@ -22,7 +22,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 
 from . import UsageError
-from .harness.images import SkipsUnreadable, is_image_name
+from .harness.images import SkipsUnreadable, is_hidden, is_image_name
 from .harness.samplers import hold_out
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, Preprocessing, build_transforms
@@ -187,8 +187,8 @@ def class_folders(root: Path) -> list[tuple[str, str, None]]:
     if not root.is_dir():
         what = "is a file, not a folder" if root.exists() else "does not exist"
         raise UsageError(f"image folder {root} {what} (expected DIR/<class>/, or DIR/train/ and DIR/val/)")
-    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
-    if not classes:  # hidden folders (.ipynb_checkpoints) are no classes
+    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not is_hidden(entry.name))
+    if not classes:  # hidden folders (.ipynb_checkpoints, __MACOSX) are no classes
         raise UsageError(f"image folder {root} has no images: no class folder in it")
     try:
         index = {name: i for i, name in enumerate(classes)}

@@ -21,16 +21,21 @@ IMAGE_EXTENSIONS = datasets.folder.IMG_EXTENSIONS
 T = TypeVar("T")
 
 
+def is_hidden(name: str) -> bool:
+    """Names that hold no data: hidden ones, and the __MACOSX/ folder that unzipping a macOS archive leaves."""
+    return name.startswith(".") or name == "__MACOSX"
+
+
 def is_image_name(path: str | Path, folder: str | Path) -> bool:
     """Whether `path` under `folder` names an image file: an image extension, no hidden name on the way."""
-    hidden = any(part.startswith(".") for part in Path(path).relative_to(folder).parts)
+    hidden = any(map(is_hidden, Path(path).relative_to(folder).parts))
     return Path(path).suffix.lower() in IMAGE_EXTENSIONS and not hidden
 
 
 def list_images(folder: Path) -> list[Path]:
     """Every image file under `folder`, any nesting, sorted; symlinked folders are followed, as in ImageFolder.
 
-    What `ls` leaves out is no data: hidden files and folders (".ipynb_checkpoints/", macOS's "._photo.jpg").
+    Hidden names hold no data (is_hidden): ".ipynb_checkpoints/", macOS's "._photo.jpg", "__MACOSX/".
     """
     found = (Path(top, name) for top, _, names in os.walk(folder, followlinks=True) for name in names)
     return sorted((path for path in found if is_image_name(path, folder) and path.is_file()), key=str)
