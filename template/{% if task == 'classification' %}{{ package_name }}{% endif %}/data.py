@@ -99,10 +99,9 @@ def build_datasets(
 
     Only the `splits` named are built, the other is None. Image files come from DIR/train/ and DIR/val/
     (with the same class folders), or from DIR/<class>/ or the `labels` CSV, whose `held_out` images
-    (else the held_out_images() of `val_fraction`) are the validation split. A torchvision dataset or
-    the shapes are read for the splits asked for only. Raises UsageError on a missing or empty source.
-    Image files' labels index `classes` (a trained model's: UsageError for another label), else their sorted set.
-    `strict`: an unreadable image file raises images.UnreadableImageError.
+    (else the held_out_images() of `val_fraction`) are the validation split. UsageError on a missing or
+    empty source. Image files' labels index `classes` (a trained model's: UsageError for another label),
+    else their sorted set. `strict`: an unreadable image file raises images.UnreadableImageError.
     """
     if download and name not in TORCHVISION_DATASETS:
         raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
@@ -124,8 +123,9 @@ def build_datasets(
     elif name == "imagefolder" and ((data_dir / "train").is_dir() or (data_dir / "val").is_dir()):  # its own split
         root, found = data_dir, {split: class_folders(data_dir / split) for split in splits}
         rows = [(f"{split}/{path}", label, split) for split, got in found.items() for path, label, _ in got]
-        if len({tuple(sorted({label for _, label, _ in got})) for got in found.values()}) > 1:
-            raise UsageError(f"{data_dir}/train and {data_dir}/val have different class folders")
+        per_split = [{label for _, label, _ in got} for got in found.values()]
+        if odd := sorted(set.union(*per_split) - set.intersection(*per_split)):  # classes that one split lacks
+            raise UsageError(f"{data_dir}/train and val/ have different class folders: {', '.join(odd)} in one only")
     elif name == "imagefolder":
         root, rows = data_dir, class_folders(data_dir)
     else:
