@@ -154,7 +154,8 @@ def restore(
     """Load a checkpoint into freshly built objects (`ema`: an optim.EMA or None) and return its counters.
 
     UsageError if it holds another model or config. Restores process `rank`'s random-number state too (call
-    it last); a process the saved run did not have (a restart with more) keeps the streams it was seeded with.
+    it last); a process the saved run did not have keeps the streams it was seeded with (train.py refuses
+    another world size: runs.check_same_processes).
     """
     model = unwrap(model)
     if state["model_name"] != type(model).__name__:

@@ -100,6 +100,22 @@ def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, pati
         )
 
 
+def check_same_processes(state: dict[str, Any], world_size: int) -> None:
+    """UsageError unless a resumed run has as many processes as saved their random streams in its checkpoint.
+
+    The global batch (--batch-size is per process), the optimizer steps of an epoch, and so the learning-rate
+    curve and each process's share of an epoch cut short, all depend on it. An older checkpoint's one state
+    (a dict, not a list) does not say.
+    """
+    saved = state["rng"]
+    if isinstance(saved, list) and len(saved) != world_size:
+        raise UsageError(
+            f"the run trained with world size {len(saved)}, this launch has {world_size}: the global batch, the "
+            f"steps of an epoch and the learning-rate curve would change; resume it with world size {len(saved)} "
+            "(torchrun's nodes x processes per node), or start a new run"
+        )
+
+
 def check_same_classes(classes: list[str], saved: list[str]) -> None:
     """UsageError unless a resumed run's data (moved, perhaps) has the classes it was trained on, in their order."""
     if classes != saved:
