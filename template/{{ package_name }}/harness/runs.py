@@ -59,11 +59,19 @@ def find_run(
 
 
 def open_run(
-    output_dir: Path, run_name: str | None, resume: Path | None, auto_resume: bool, explicit: Collection[str] = ()
+    output_dir: Path,
+    run_name: str | None,
+    resume: Path | None,
+    auto_resume: bool,
+    explicit: Collection[str] = (),
+    world_size: int = 1,
 ) -> tuple[Path, Path | None, dict[str, Any] | None]:
-    """find_run(), and the checkpoint's contents (None for a fresh run)."""
+    """find_run(), and the checkpoint's contents (None for a fresh run), which `world_size` processes resume."""
     run_dir, path = find_run(output_dir, run_name, resume, auto_resume, explicit)
-    return run_dir, path, load(path) if path is not None else None
+    state = load(path) if path is not None else None
+    if state is not None:
+        check_same_processes(state, world_size)
+    return run_dir, path, state
 
 
 def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:
@@ -114,6 +122,23 @@ def check_same_processes(state: dict[str, Any], world_size: int) -> None:
             f"steps of an epoch and the learning-rate curve would change; resume it with world size {len(saved)} "
             "(torchrun's nodes x processes per node), or start a new run"
         )
+
+
+def check_same_data(views: list[tuple[list[str], int, int]]) -> None:
+    """UsageError unless every process sees the data rank 0 sees.
+
+    `views`: each process's (classes, training items, validation items), in rank order (all_gather_object).
+    A machine's own copy of the data may be incomplete: its labels would index other classes, and shards of
+    other lengths leave the other processes waiting in a collective that never comes.
+    """
+    first = views[0]
+    for rank, (classes, train, val) in enumerate(views):
+        if (classes, train, val) != tuple(first):
+            differ = "other classes; " if classes != first[0] else ""
+            raise UsageError(
+                f"rank {rank} sees other data than rank 0 ({differ}{train} training and {val} validation items, "
+                f"rank 0 {first[1]} and {first[2]}); give every machine the same copy of the data"
+            )
 
 
 def check_same_classes(classes: list[str], saved: list[str]) -> None:
