@@ -109,12 +109,7 @@ def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, pati
 
 
 def check_same_processes(state: dict[str, Any], world_size: int) -> None:
-    """UsageError unless a resumed run has as many processes as saved their random streams in its checkpoint.
-
-    The global batch (--batch-size is per process), the optimizer steps of an epoch, and so the learning-rate
-    curve and each process's share of an epoch cut short, all depend on it. An older checkpoint's one state
-    (a dict, not a list) does not say.
-    """
+    """UsageError unless as many processes resume the run as saved their random streams in it (an older one: any)."""
     saved = state["rng"]
     if isinstance(saved, list) and len(saved) != world_size:
         raise UsageError(
@@ -125,11 +120,10 @@ def check_same_processes(state: dict[str, Any], world_size: int) -> None:
 
 
 def check_same_data(views: list[tuple[list[str], int, int]]) -> None:
-    """UsageError unless every process sees the data rank 0 sees.
+    """UsageError unless every process's (classes, training items, validation items) in `views` are rank 0's.
 
-    `views`: each process's (classes, training items, validation items), in rank order (all_gather_object).
-    A machine's own copy of the data may be incomplete: its labels would index other classes, and shards of
-    other lengths leave the other processes waiting in a collective that never comes.
+    A machine's own copy of the data may be incomplete: its labels would index other classes, and a shorter
+    shard leaves the others waiting in a collective that never comes.
     """
     first = views[0]
     for rank, (classes, train, val) in enumerate(views):
