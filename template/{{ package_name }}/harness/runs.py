@@ -58,6 +58,9 @@ def find_run(
     return run_dir, None
 
 
+TRAINING_STATE = {"args", "run_state", "optimizer", "scheduler", "scaler", "rng"}  # what resuming restores
+
+
 def open_run(
     output_dir: Path,
     run_name: str | None,
@@ -70,6 +73,10 @@ def open_run(
     run_dir, path = find_run(output_dir, run_name, resume, auto_resume, explicit)
     state = load(path) if path is not None else None
     if state is not None:
+        if missing := TRAINING_STATE - state.keys():  # a model saved alone, say
+            raise UsageError(
+                f"{path} holds no training state to resume (no {', '.join(sorted(missing))}); start a new run"
+            )
         check_same_processes(state, world_size)
     return run_dir, path, state
 
@@ -110,7 +117,7 @@ def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, pati
 
 def check_same_processes(state: dict[str, Any], world_size: int) -> None:
     """UsageError unless as many processes resume the run as saved their random streams in it (an older one: any)."""
-    saved = state["rng"]
+    saved = state.get("rng")
     if isinstance(saved, list) and len(saved) != world_size:
         raise UsageError(
             f"the run trained with world size {len(saved)}, this launch has {world_size}: the global batch, the "
