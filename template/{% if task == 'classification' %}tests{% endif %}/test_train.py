@@ -445,7 +445,7 @@ BAD_INPUTS = [
     (["--data-dir", "{tmp}/empty"], "empty has no images: no class folder in it"),
     (["--resume", "{tmp}/missing.pt"], "does not exist"),
     (["--resume", "{tmp}/corrupt.pt"], "is corrupt or not a PyTorch file"),
-    (["--resume", "{tmp}/model.pt"], "model.pt holds no training state to resume (no args, optimizer, rng, run_state"),
+    (["--resume", "{tmp}/model.pt"], "model.pt holds no training state to resume (no optimizer, rng, run_state"),
     (["--amp", "fp16"], "--amp fp16 needs a GPU"),
     (["--output-dir", "{tmp}/a-file"], "is a file, not a directory"),
     (["--output-dir", "{tmp}/a-file/runs"], "a-file, a file, not a directory"),
@@ -488,7 +488,7 @@ def bad_input_dir(tmp_path_factory) -> Path:
     for split in ("train", "val"):
         (tmp / "no-images" / split / "some_class").mkdir(parents=True)
     (tmp / "corrupt.pt").write_bytes(os.urandom(256))
-    torch.save({"model": {}, "model_name": "Model", "model_config": {}}, tmp / "model.pt")  # the weights alone
+    torch.save({"model": {}, "model_name": "M", "model_config": {}, "classes": [], "args": {}}, tmp / "model.pt")
     for split in ("train", "val"):
         (tmp / "unreadable-val" / split / "some_class").mkdir(parents=True)
     Image.new("RGB", (8, 8)).save(tmp / "unreadable-val" / "train" / "some_class" / "0.png")

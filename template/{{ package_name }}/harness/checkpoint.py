@@ -126,12 +126,16 @@ def resolve(path: Path) -> Path:
     return path
 
 
+CHECKPOINT_KEYS = {"model", "model_name", "model_config", "classes", "args"}  # in every train.py checkpoint
+
+
 def load(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
     """Read a checkpoint written by train.py (a file, or a run directory's last.pt); UsageError if unusable."""
     path = resolve(path)
     state = read(path, "checkpoint", map_location)
-    if not isinstance(state, dict) or not {"model", "model_name", "model_config"} <= state.keys():
-        raise UsageError(f"{path} is not a checkpoint written by train.py (missing model state or config)")
+    missing = sorted(CHECKPOINT_KEYS - state.keys()) if isinstance(state, dict) else ["model"]
+    if missing:  # a model saved alone, say: no class names, no flags to rebuild its data from
+        raise UsageError(f"{path} is not a checkpoint written by train.py (no {', '.join(missing)})")
     return state
 
 

@@ -58,7 +58,7 @@ def find_run(
     return run_dir, None
 
 
-TRAINING_STATE = {"args", "run_state", "optimizer", "scheduler", "scaler", "rng"}  # what resuming restores
+TRAINING_STATE = {"run_state", "optimizer", "scheduler", "scaler", "rng"}  # what resuming restores, besides the model
 
 
 def open_run(
