@@ -110,7 +110,7 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
     train.runtime.seed_everything(args.seed)
     model = build(train, name, args, device)
     num_classes = 6 if name == "default" else 1000
-    optimizer, scheduler, scaler = train.build_optimization(model, args, steps, device)
+    optimizer, scheduler, scaler = train.build_optimization(model, args, steps, device, None)  # a fresh run
     autocast = train.runtime.autocast(device, args.amp)
 
     # A few fixed batches; targets are class indices, images normal noise, channels_last like train.py's copies.
