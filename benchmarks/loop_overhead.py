@@ -8,11 +8,11 @@
 
 The script renders this template with its default answers into a temporary folder, imports the
 rendered train.py and builds everything with its setup(): the default Classifier (networks.py's
-residual network), the built-in shapes dataset, the DataLoader, AdamW, the schedule and the run logger. Every variant then trains
-that same model object with that same optimizer on that same DataLoader (same dataset, sampler,
-batch size and num_workers, so the data pipeline costs all of them the same), for the same number
-of steps, in this one process. The training set holds exactly --steps batches, so each run is a
-whole epoch, as in train.py.
+residual network), the built-in shapes dataset, the DataLoader, AdamW, the schedule and the run
+logger. Every variant then trains that same model object with that same optimizer on that same
+DataLoader (same dataset, sampler, batch size and num_workers, so the data pipeline costs all of
+them the same), for the same number of steps, in this one process. The training set holds
+exactly --steps batches, so each run is a whole epoch, as in train.py.
 
   generated  train.py's train_one_epoch(), called as its fit() calls it, with train.py's defaults:
              BackgroundGenerator prefetching as loaders.prefetch_depth() chooses it (on the CPU: no
