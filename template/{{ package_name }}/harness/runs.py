@@ -71,13 +71,12 @@ def open_run(
 ) -> tuple[Path, Path | None, dict[str, Any] | None]:
     """find_run(), and the checkpoint's contents (None for a fresh run), which `world_size` processes resume."""
     run_dir, path = find_run(output_dir, run_name, resume, auto_resume, explicit)
-    state = load(path) if path is not None else None
-    if state is not None:
-        if missing := TRAINING_STATE - state.keys():  # a model saved alone, say
-            raise UsageError(
-                f"{path} holds no training state to resume (no {', '.join(sorted(missing))}); start a new run"
-            )
-        check_same_processes(state, world_size)
+    if path is None:
+        return run_dir, None, None
+    state = load(path)
+    if missing := TRAINING_STATE - state.keys():  # a model saved alone, say
+        raise UsageError(f"{path} holds no training state to resume (no {', '.join(sorted(missing))}); start a new run")
+    check_same_processes(state, world_size)
     return run_dir, path, state
 
 
@@ -117,7 +116,7 @@ def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, pati
 
 def check_same_processes(state: dict[str, Any], world_size: int) -> None:
     """UsageError unless as many processes resume the run as saved their random streams in it (an older one: any)."""
-    saved = state.get("rng")
+    saved = state["rng"]
     if isinstance(saved, list) and len(saved) != world_size:
         raise UsageError(
             f"the run trained with world size {len(saved)}, this launch has {world_size}: the global batch, the "
