@@ -73,11 +73,28 @@ def open_run(
     run_dir, path = find_run(output_dir, run_name, resume, auto_resume, explicit)
     if path is None:
         return run_dir, None, None
-    state = load(path)
+    try:
+        state = load(path)
+    except UsageError as err:
+        raise UsageError(f"{err}{readable_instead(path)}") from None
     if missing := TRAINING_STATE - state.keys():  # a model saved alone, say
         raise UsageError(f"{path} holds no training state to resume (no {', '.join(sorted(missing))}); start a new run")
     check_same_processes(state, world_size)
     return run_dir, path, state
+
+
+def readable_instead(last: Path) -> str:
+    """For a last.pt that cannot be read: how to go on from the run's newest other checkpoint that can, or ""."""
+    if last.name != "last.pt":
+        return ""
+    numbered = sorted(last.parent.glob("epoch-*.pt"), key=lambda p: int(p.stem[6:]) if p.stem[6:].isdigit() else -1)
+    for other in [*reversed(numbered), last.parent / "best.pt"]:
+        try:
+            load(other)
+        except UsageError:  # missing, or unreadable too
+            continue
+        return f"; {other.name} reads: move {last} aside, then resume it: python train.py --resume {other}"
+    return ""
 
 
 def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:
