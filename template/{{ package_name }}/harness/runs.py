@@ -1,5 +1,6 @@
 """Run directories: a run writes everything into `<output-dir>/<run-name>/`, never into another run's."""
 
+import os
 import time
 from collections.abc import Collection
 from pathlib import Path
@@ -53,6 +54,11 @@ def find_run(
         return run_dir, last
     if last.exists():
         raise UsageError(f"{run_dir} already holds a checkpoint; continue with --resume {run_dir} or pick a --run-name")
+    if auto_resume and (kept := sorted(p.name for p in run_dir.glob("*.pt"))):  # last.pt moved or deleted
+        raise UsageError(
+            f"{run_dir} holds {', '.join(kept)} but no last.pt: a fresh run would overwrite them; resume one with "
+            "--resume, or pick another --run-name"
+        )
     if run_dir.exists() and not auto_resume:
         raise UsageError(f"{run_dir} already exists; pick another --run-name, or remove it")
     return run_dir, None
@@ -93,7 +99,7 @@ def readable_instead(last: Path) -> str:
             load(other)
         except UsageError:  # missing, or unreadable too
             continue
-        return f"; {other.name} reads: move {last} aside, then resume it: python train.py --resume {other}"
+        return f"; {other.name} reads: move {last} aside, then resume it: {resume_command(other)}"
     return ""
 
 
@@ -171,4 +177,14 @@ def what_is_kept(run_dir: Path) -> str:
     last = run_dir / "last.pt"
     if not last.is_file():
         return f"no checkpoint had been written yet in {run_dir}"
-    return f"the last good checkpoint {last} is intact; free some space and resume: python train.py --resume {run_dir}"
+    return f"the last good checkpoint {last} is intact; free some space and resume: {resume_command(run_dir)}"
+
+
+def resume_command(path: Path) -> str:
+    """The command that continues a run from `path`: under torchrun, with this launch's processes, as it must."""
+    if "LOCAL_WORLD_SIZE" not in os.environ:  # not launched by torchrun
+        return f"python train.py --resume {path}"
+    per_node = int(os.environ["LOCAL_WORLD_SIZE"])
+    nodes = int(os.environ["WORLD_SIZE"]) // per_node
+    launch = "--standalone" if nodes == 1 else f"--nnodes={nodes} <your rendezvous flags>"
+    return f"torchrun {launch} --nproc_per_node={per_node} train.py --resume {path}"
