@@ -4,7 +4,6 @@ import contextlib
 import itertools
 import os
 import queue
-import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -25,20 +24,8 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
     seeds its workers, so an iterator draws nothing from torch's global generator.
     """
     options.setdefault("collate_fn", None if train else collate_readable)
-    options.setdefault("worker_init_fn", leave_stop_signals_to_the_main_process)
     options["persistent_workers"] = options.get("num_workers", 0) > 0
     return DataLoader(dataset, batch_size, drop_last=train, generator=torch.Generator().manual_seed(0), **options)
-
-
-def leave_stop_signals_to_the_main_process(worker_id: int) -> None:
-    """In a DataLoader worker: ignore SIGINT and SIGTERM, which the main process handles (runtime.StopSignal).
-
-    SLURM signals every process of a job, a terminal every process of its group: a worker that SIGTERM
-    killed would end the run in a traceback instead of after the step, with last.pt written. The main
-    process ends its workers itself (a worker stuck decoding a file then delays its exit).
-    """
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
 
 
 def num_workers(requested: int | None, dataset: Dataset) -> int:
