@@ -111,10 +111,14 @@ def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, ke
     for path in paths[1:]:
         write_atomic(path, lambda tmp: shutil.copyfile(paths[0], tmp))
     if keep_epochs > 0:
-        # Only the names written here: epoch-best.pt or a copy such as epoch-3-backup.pt stays.
-        numbered = [(int(m[1]), p) for p in run_dir.iterdir() if (m := re.fullmatch(r"epoch-(\d+)\.pt", p.name))]
-        for _, path in sorted(numbered)[:-keep_epochs]:
+        for path in epoch_checkpoints(run_dir)[:-keep_epochs]:
             path.unlink()
+
+
+def epoch_checkpoints(run_dir: Path) -> list[Path]:
+    """The epoch-<N>.pt files of a run, oldest first: only the names save_run writes (epoch-3-backup.pt is not)."""
+    numbered = [(int(m[1]), p) for p in run_dir.iterdir() if (m := re.fullmatch(r"epoch-(\d+)\.pt", p.name))]
+    return [path for _, path in sorted(numbered)]
 
 
 def resolve(path: Path) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from . import UsageError
-from .checkpoint import OutputError, load, reason, resolve
+from .checkpoint import OutputError, epoch_checkpoints, load, reason, resolve
 
 
 class RunFinished(Exception):  # noqa: N818 - not an error: the script says so and exits 0
@@ -93,8 +93,7 @@ def readable_instead(last: Path) -> str:
     """For a last.pt that cannot be read: how to go on from the run's newest other checkpoint that can, or ""."""
     if last.name != "last.pt":
         return ""
-    numbered = sorted(last.parent.glob("epoch-*.pt"), key=lambda p: int(p.stem[6:]) if p.stem[6:].isdigit() else -1)
-    for other in [*reversed(numbered), last.parent / "best.pt"]:
+    for other in [*reversed(epoch_checkpoints(last.parent)), last.parent / "best.pt"]:
         try:
             load(other)
         except UsageError:  # missing, or unreadable too
