@@ -1,9 +1,13 @@
 """How batches reach the training loop, for any dataset: DataLoaders, unreadable files, a loading thread."""
 
+import atexit
 import contextlib
+import functools
 import itertools
+import multiprocessing
 import os
 import queue
+import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +29,33 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
     """
     options.setdefault("collate_fn", None if train else collate_readable)
     options["persistent_workers"] = options.get("num_workers", 0) > 0
+    if options["persistent_workers"]:
+        context = options.get("multiprocessing_context")
+        if context is None or isinstance(context, str):
+            context = multiprocessing.get_context(context)
+        # Set as this process exits, before multiprocessing's exit handler (registered earlier, so run later)
+        # ends the workers still alive with SIGTERM: the one SIGTERM they obey.
+        exiting = context.Event()
+        atexit.register(exiting.set)
+        options.setdefault("worker_init_fn", functools.partial(leave_stop_signals_to_the_main_process, exiting))
     return DataLoader(dataset, batch_size, drop_last=train, generator=torch.Generator().manual_seed(0), **options)
+
+
+def leave_stop_signals_to_the_main_process(exiting: Any, worker_id: int) -> None:
+    """In a DataLoader worker: ignore SIGINT, and SIGTERM until `exiting` (an Event) is set; the main process stops.
+
+    SLURM signals every process of a job, a terminal or `kill -- -PGID` every process of a group: a worker
+    that a signal ended would end the run in a traceback instead of after the step, with last.pt written
+    (runtime.StopSignal). A worker whose main process died without exiting stops by itself (torch's watchdog).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        if exiting.is_set():  # the main process is ending its workers: die of it as before
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def num_workers(requested: int | None, dataset: Dataset) -> int:
