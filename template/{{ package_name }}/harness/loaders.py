@@ -33,16 +33,18 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
         context = options.get("multiprocessing_context")
         if context is None or isinstance(context, str):
             context = multiprocessing.get_context(context)
-        # Set as this process exits, before multiprocessing's exit handler (registered earlier, so run later)
-        # ends the workers still alive with SIGTERM: the one SIGTERM they obey.
-        exiting = context.Event()
-        atexit.register(exiting.set)
+        # 1 once this process exits, before multiprocessing's exit handler (registered earlier, so run later)
+        # ends the workers still alive with SIGTERM: the one SIGTERM they obey. Shared memory without a lock,
+        # which a signal handler may read (an Event's lock, taken by a handler that a second signal interrupts,
+        # deadlocks).
+        exiting = context.RawValue("b", 0)
+        atexit.register(setattr, exiting, "value", 1)
         options.setdefault("worker_init_fn", functools.partial(leave_stop_signals_to_the_main_process, exiting))
     return DataLoader(dataset, batch_size, drop_last=train, generator=torch.Generator().manual_seed(0), **options)
 
 
 def leave_stop_signals_to_the_main_process(exiting: Any, worker_id: int) -> None:
-    """In a DataLoader worker: ignore SIGINT, and SIGTERM until `exiting` (an Event) is set; the main process stops.
+    """In a DataLoader worker: ignore SIGINT, and SIGTERM until `exiting.value` is 1; the main process stops.
 
     SLURM signals every process of a job, a terminal or `kill -- -PGID` every process of a group: a worker
     that a signal ended would end the run in a traceback instead of after the step, with last.pt written
@@ -51,7 +53,7 @@ def leave_stop_signals_to_the_main_process(exiting: Any, worker_id: int) -> None
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def on_sigterm(signum: int, frame: object) -> None:
-        if exiting.is_set():  # the main process is ending its workers: die of it as before
+        if exiting.value:  # the main process is ending its workers: die of it as before
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
