@@ -46,9 +46,10 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
 def leave_stop_signals_to_the_main_process(exiting: Any, worker_id: int) -> None:
     """In a DataLoader worker: ignore SIGINT, and SIGTERM until `exiting.value` is 1; the main process stops.
 
-    SLURM signals every process of a job, a terminal or `kill -- -PGID` every process of a group: a worker
-    that a signal ended would end the run in a traceback instead of after the step, with last.pt written
-    (runtime.StopSignal). A worker whose main process died without exiting stops by itself (torch's watchdog).
+    SLURM signals every process of a job; a terminal, `kill -- -PGID` and torchrun (stopping) every process of
+    a group: a worker that a signal ended would end the run in a traceback instead of after the step, with
+    last.pt written (runtime.StopSignal). A worker whose main process died without exiting stops by itself
+    (torch's watchdog).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
