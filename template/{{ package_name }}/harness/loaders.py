@@ -9,7 +9,7 @@ import os
 import queue
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -39,12 +39,13 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
         # deadlocks).
         exiting = context.RawValue("b", 0)
         atexit.register(setattr, exiting, "value", 1)
-        options.setdefault("worker_init_fn", functools.partial(leave_stop_signals_to_the_main_process, exiting))
+        then = options.get("worker_init_fn")  # the caller's own worker set-up runs after the signal policy
+        options["worker_init_fn"] = functools.partial(leave_stop_signals_to_the_main_process, exiting, then)
     return DataLoader(dataset, batch_size, drop_last=train, generator=torch.Generator().manual_seed(0), **options)
 
 
-def leave_stop_signals_to_the_main_process(exiting: Any, worker_id: int) -> None:
-    """In a DataLoader worker: ignore SIGINT, and SIGTERM until `exiting.value` is 1; the main process stops.
+def leave_stop_signals_to_the_main_process(exiting: Any, then: Callable[[int], None] | None, worker_id: int) -> None:
+    """In a DataLoader worker: ignore SIGINT, and SIGTERM until `exiting.value` is 1; then the caller's `then`.
 
     SLURM signals every process of a job; a terminal, `kill -- -PGID` and torchrun (stopping) every process of
     a group: a worker that a signal ended would end the run in a traceback instead of after the step, with
@@ -59,6 +60,8 @@ def leave_stop_signals_to_the_main_process(exiting: Any, worker_id: int) -> None
             os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    if then is not None:
+        then(worker_id)
 
 
 def num_workers(requested: int | None, dataset: Dataset) -> int:
