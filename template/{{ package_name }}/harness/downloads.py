@@ -1,9 +1,4 @@
-"""Files from the internet, offline first: torchvision's weights, read from its cache and downloaded only when missing.
-
-The cache is torch.hub.get_dir()/checkpoints/ (under $TORCH_HOME, ~/.cache/torch by default),
-where torchvision itself keeps them. Without network, a missing file is one line that names the
-URL and where to put the file (a UsageError), and leaves no empty cache folder behind.
-"""
+"""torchvision's weights, offline first: read from its cache ($TORCH_HOME/hub/checkpoints/), downloaded if missing."""
 
 import contextlib
 import os
@@ -17,7 +12,10 @@ from . import UsageError, checkpoint
 
 
 def fetch(url: str) -> dict[str, Any]:
-    """The weights (a state_dict) at `url`, from the cache, downloaded there (its hash checked) if missing."""
+    """The weights (a state_dict) at `url`, from the cache, downloaded there (its hash checked) if missing.
+
+    Without network, a UsageError names the URL and where to put the file; no empty cache folder is left behind.
+    """
     path = cache_path(url)
     if not path.is_file():
         made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]  # deepest first

@@ -33,10 +33,7 @@ def is_image_name(path: str | Path, folder: str | Path) -> bool:
 
 
 def list_images(folder: Path) -> list[Path]:
-    """Every image file under `folder`, any nesting, sorted; symlinked folders are followed, as in ImageFolder.
-
-    Hidden names hold no data (is_hidden): ".ipynb_checkpoints/", macOS's "._photo.jpg", "__MACOSX/".
-    """
+    """Every image file under `folder` (is_image_name), any nesting, sorted; symlinked folders are followed."""
     found = (Path(top, name) for top, _, names in os.walk(folder, followlinks=True) for name in names)
     return sorted((path for path in found if is_image_name(path, folder) and path.is_file()), key=str)
 
@@ -45,8 +42,7 @@ class UnreadableImageError(UsageError):
     """An image file that cannot be decoded; the message names the file and the reason."""
 
     def __init__(self, message: str) -> None:
-        # A DataLoader worker's error is raised again in the main process as UnreadableImageError(the
-        # worker's whole traceback as text); its last line is the original message: keep that one.
+        # Raised again from a DataLoader worker with its whole traceback as the message: keep its last line's.
         last = message.strip().splitlines()[-1] if message.strip() else message
         super().__init__(last.removeprefix(f"{__name__}.{type(self).__qualname__}: "))
 
@@ -54,29 +50,23 @@ class UnreadableImageError(UsageError):
 def read_image(path: str, channels: int = 3) -> torch.Tensor:
     """The image at `path` as uint8 (channels, H, W), RGB or gray, decoded whole now and turned as its EXIF says.
 
-    JPEGs are decoded by TorchCodec, into the tensor directly and about twice as fast as PIL on a CPU core;
-    anything else, and a JPEG it refuses, by PIL: 16-bit and float images are scaled to 8 bits by what
-    they hold, transparent pixels are laid on white. UnreadableImageError (one line: the path, the
-    reason) for anything PIL cannot decode.
+    JPEGs are decoded by TorchCodec (twice as fast), anything else and a JPEG it refuses by PIL: 16-bit and float
+    images are scaled to 8 bits, transparent pixels laid on white. UnreadableImageError (path, reason) if PIL fails.
     """
-    with contextlib.suppress(Exception):  # PIL's message below says what is wrong with the file
-        with open(path, "rb") as file:
-            data = file.read()
+    with contextlib.suppress(Exception), open(path, "rb") as file:  # PIL's message below says what is wrong
+        data = file.read()
         if data.startswith(b"\xff\xd8\xff"):  # a JPEG's start-of-image marker
             return decode_jpeg(data, mode="GRAY" if channels == 1 else "RGB")  # turned as its EXIF says
     try:
         with Image.open(path) as image:
             image.load()
             upright = ImageOps.exif_transpose(image)  # a copy, turned as the camera's orientation tag says
-    # PIL reports damaged files as OSError, ValueError, SyntaxError ("broken PNG file"), EOFError, ...:
-    # whatever decoding raises means the same thing here, that this file cannot be used.
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - OSError, ValueError, SyntaxError, EOFError, ...: a damaged file
         why = "not an image PIL can identify" if isinstance(err, UnidentifiedImageError) else reason(err)
         raise UnreadableImageError(f"cannot read {path} ({why})") from None
     if upright.mode.startswith("I") or upright.mode == "F":  # PIL's own conversion would clip these at 255
-        # Floats in [0, 1] are multiplied by 255. Integers in 0..65535 are divided by the largest value of the
-        # smallest bit depth (8, 10, 12, 14 or 16) that holds their maximum: a 12-bit camera's 4095 in a 16-bit PNG
-        # becomes 255 (a very dark true 16-bit image comes out brighter). The rest is stretched from min..max.
+        # Floats in [0, 1] x 255; integers / the top of the least bit depth holding their maximum (a 12-bit camera's
+        # 4095 becomes 255, a very dark 16-bit image brighter); anything else stretched from min..max.
         values = np.asarray(upright, dtype=np.float64)
         low, high = float(values.min()), float(values.max())
         if upright.mode == "F" and low >= 0 and high <= 1:
@@ -95,21 +85,19 @@ def read_image(path: str, channels: int = 3) -> torch.Tensor:
 class SkipsUnreadable:
     """A dataset of files that flags, names once (on stderr) and skips the files it cannot read.
 
-    A subclass sets `root`, calls track_unreadable() once it knows its files, opens file `index` with
-    open_file() and reads items with first_readable(). `unreadable` holds a flag per file, in shared
-    memory for the loader's workers. With `strict` an unreadable file raises UnreadableImageError; with
-    `substitute` (training) the next readable file takes its place; otherwise (evaluation) the item is None.
+    A subclass sets `root`, calls track_unreadable() once it knows its files, opens them with open_file() and
+    reads items with first_readable(). `unreadable`: a flag per file, in memory shared with the loader's workers.
     """
 
     root: str
 
     def track_unreadable(self, num_files: int, *, strict: bool, substitute: bool) -> None:
-        """Start with no file flagged."""
+        """Start with no file flagged; `strict`: raise at the first unreadable file, else skip it (first_readable)."""
         self.strict, self.substitute = strict, substitute
         self.unreadable = torch.zeros(num_files, dtype=torch.bool).share_memory_()
 
     def first_readable(self, index: int, read: Callable[[int], T | None]) -> T | None:
-        """read(index), where `read` returns None for an unreadable file; with `substitute`, the next readable one's."""
+        """read(index), None for an unreadable file; with `substitute` (training), the next readable file's item."""
         if not self.substitute:
             return read(index)
         num_files = len(self.unreadable)

@@ -24,20 +24,15 @@ from .samplers import Seeded, SeededSampler
 def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **options: Any) -> DataLoader:
     """A DataLoader; `options` go to it. Training drops the last incomplete batch (a batch of one breaks batch norm).
 
-    Evaluation keeps every sample that can be read (collate_readable). The loader's own generator
-    seeds its workers, so an iterator draws nothing from torch's global generator.
+    Evaluation keeps every readable sample (collate_readable). The loader's own generator seeds its workers:
+    an iterator draws nothing from torch's global generator.
     """
     options.setdefault("collate_fn", None if train else collate_readable)
     options["persistent_workers"] = options.get("num_workers", 0) > 0
     if options["persistent_workers"]:
-        context = options.get("multiprocessing_context")
-        if context is None or isinstance(context, str):
-            context = multiprocessing.get_context(context)
-        # 1 once this process exits, before multiprocessing's exit handler (registered earlier, so run later)
-        # ends the workers still alive with SIGTERM: the one SIGTERM they obey. Shared memory without a lock,
-        # which a signal handler may read (an Event's lock, taken by a handler that a second signal interrupts,
-        # deadlocks).
-        exiting = context.RawValue("b", 0)
+        # 1 at exit, before multiprocessing's exit handler (run later) ends the workers with the one SIGTERM they
+        # obey. No lock: a signal handler reads it (an Event's lock, which a second signal interrupts, deadlocks).
+        exiting = multiprocessing.RawValue("b", 0)
         atexit.register(setattr, exiting, "value", 1)
         then = options.get("worker_init_fn")  # the caller's own worker set-up runs after the signal policy
         options["worker_init_fn"] = functools.partial(leave_stop_signals_to_the_main_process, exiting, then)
@@ -45,12 +40,10 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
 
 
 def leave_stop_signals_to_the_main_process(exiting: Any, then: Callable[[int], None] | None, worker_id: int) -> None:
-    """In a DataLoader worker: ignore SIGINT, and SIGTERM until `exiting.value` is 1; then the caller's `then`.
+    """In a DataLoader worker: ignore SIGINT, and SIGTERM until `exiting.value` is 1; then call `then`.
 
-    SLURM signals every process of a job; a terminal, `kill -- -PGID` and torchrun (stopping) every process of
-    a group: a worker that a signal ended would end the run in a traceback instead of after the step, with
-    last.pt written (runtime.StopSignal). A worker whose main process died without exiting stops by itself
-    (torch's watchdog).
+    SLURM, a terminal, `kill -- -PGID` and torchrun signal every process: a worker that died of it would end the run
+    in a traceback, not after the step with last.pt written. A worker whose main process died stops by itself.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -65,17 +58,13 @@ def leave_stop_signals_to_the_main_process(exiting: Any, then: Callable[[int], N
 
 
 def num_workers(requested: int | None, dataset: Dataset) -> int:
-    """DataLoader workers for `dataset`: `requested`, else what the data needs (none for data in memory).
-
-    A dataset of image files (SkipsUnreadable) decodes every image: it gets the cores this process
-    may use, shared among the processes torchrun started on this node, at most 8.
-    """
+    """DataLoader workers: `requested`, else none for data in memory, and up to 8 for image files (SkipsUnreadable)."""
     if requested is not None:
         return requested
     if not isinstance(dataset, SkipsUnreadable):
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(8, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    return max(1, min(8, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))  # shared by torchrun's processes
 
 
 def build_split_loaders(
@@ -91,9 +80,8 @@ def build_split_loaders(
 ) -> tuple[DataLoader, DataLoader]:
     """Training loader (Seeded(train)'s items, batched by `collate_fn`) and validation loader; `options` go to both.
 
-    With world_size > 1 each process gets its share: training padded to the same number of batches
-    on every rank, validation without padding so each sample is counted once (shards differ by one:
-    evaluation sums locally and reduces once). UsageError when a share is smaller than one batch.
+    Each process gets its share: training padded to the same number of batches on every rank, validation unpadded
+    so each sample is counted once. UsageError when a share is smaller than one batch.
     """
     sampler = SeededSampler(len(train), seed, rank, world_size)  # keys (index, seed)
     val_sampler = range(rank, len(val), world_size) if world_size > 1 else None
@@ -120,23 +108,16 @@ def unreadable_flags(loader: DataLoader) -> torch.Tensor:
 
 
 def prefetch_depth(requested: int | None, device: torch.device, num_workers: int) -> int:
-    """Batches the loading thread keeps ready: `requested`, else 2 where it pays (a GPU, num_workers 0), else 0.
-
-    On the CPU torch's compute threads already use every core (a loading thread made the loop 6-20 %
-    slower on 2 cores); DataLoader workers already load ahead.
-    """
+    """Batches the loading thread keeps ready: `requested`, else 2 on a GPU without DataLoader workers, else 0."""
     if requested is not None:
         return requested
+    # On the CPU torch's compute threads use every core: a loading thread slowed the loop by 6-20 %.
     return 2 if device.type != "cpu" and num_workers == 0 else 0
 
 
 @contextlib.contextmanager
 def background_batches(loader: DataLoader, depth: int) -> Iterator[Iterator]:
-    """Iterate `loader` in a BackgroundGenerator thread that keeps `depth` batches ready (0: in this thread).
-
-    On exit, even after a `break` or an exception, the thread has ended; an error raised while
-    loading is re-raised in the caller instead of hanging it.
-    """
+    """Iterate `loader` in a thread keeping `depth` batches ready (0: no thread); it ends on exit, its errors raised."""
     if depth == 0:
         yield iter(loader)
         return

@@ -10,12 +10,10 @@ from torch.utils.data import Dataset, DistributedSampler
 
 
 class SeededSampler(DistributedSampler):
-    """DistributedSampler's shuffle, from any point of an epoch, each index with its augmentation seed.
+    """DistributedSampler's shuffle, a function of (seed, epoch), as keys (index, sample_seed(seed, epoch, index)).
 
-    The shuffle is a pure function of (seed, epoch); every rank gets num_samples = ceil(N / world_size)
-    indices (padded by wrapping around), each as the key (index, sample_seed(seed, epoch, index)).
-    `set_epoch(epoch, start)` skips the first `start` keys, so a run interrupted mid-epoch resumes on
-    exactly the batches it had not seen, augmented as they would have been.
+    Every rank gets num_samples = ceil(N / world_size) keys (padded by wrapping around). set_epoch(epoch, start)
+    skips the first `start`: a run resumed mid-epoch sees exactly the batches it had not, augmented as they would be.
     """
 
     def __init__(self, size: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
@@ -46,8 +44,7 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 def hold_out(keys: list[str], fraction: float) -> list[str]:
     """Of distinct `keys` (two or more), those held out for validation: at least one, never all, in a stable order.
 
-    Each key's place is its SHA-256 read as a number in [0, 1); the keys placed below `fraction` are
-    held out. A pure function of each key alone: the same keys on every machine and in every run, and
+    The keys whose SHA-256, read as a number in [0, 1), is below `fraction`: the same on every machine and run, and
     adding keys moves none of the others (unless the count of held-out keys meets a bound).
     """
     place = {key: int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64 for key in keys}
@@ -56,11 +53,7 @@ def hold_out(keys: list[str], fraction: float) -> list[str]:
 
 
 class Seeded(Dataset):
-    """Reads `dataset[index]` for keys (index, seed) under fixed_seed(seed); items are (image, label, seed).
-
-    torchvision's random transforms draw from torch's global generator: seeded per sample, each
-    sample's augmentation is a function of its seed alone. BatchMix seeds a batch's mixing from the seeds.
-    """
+    """Reads `dataset[index]` for keys (index, seed) under fixed_seed(seed); items are (image, label, seed)."""
 
     def __init__(self, dataset: Dataset) -> None:
         self.dataset = dataset

@@ -44,11 +44,7 @@ class RunLogger:
     def __init__(
         self, run_dir: Path, main: bool, progress: str, world_size: int, accum_steps: int, resumed_step: int | None
     ) -> None:
-        """`main`: the main process; `progress`: auto, always or never; `resumed_step`: where a resumed run goes on.
-
-        What a crash logged after that step (rows logged again, a last line cut short by a kill) is
-        dropped from metrics.jsonl, and TensorBoard hides the older files' events from it on (purge_step).
-        """
+        """`progress`: auto, always or never; what a crash logged after `resumed_step` (a cut line too) is dropped."""
         self.main_process, self.world_size, self.accum_steps = main, world_size, accum_steps
         self.show_bar = main and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
         self.run_dir, self.metrics_file = run_dir, run_dir / "metrics.jsonl"
@@ -71,10 +67,7 @@ class RunLogger:
             self.writer = SummaryWriter(str(run_dir), purge_step=purge)
 
     def record_start(self, args: Any, model: nn.Module, device: torch.device, step: int, held_out: list[str]) -> None:
-        """Print and save the arguments and the environment; print the model's size and summary.
-
-        A new run (`step` 0) lists its `held_out` validation images, if any, in held_out.txt, one per line.
-        """
+        """Print and save the arguments, the environment and a new run's `held_out` images; print the model summary."""
         if not self.main_process:
             return
         if step == 0 and held_out:
@@ -105,18 +98,14 @@ class RunLogger:
         return tqdm(total=total, desc=f"epoch {epoch}", disable=not self.show_bar, dynamic_ncols=True, leave=False)
 
     def log_train(self, window: Window, losses: list[float], step: int, epoch: int, lr: float, bar: tqdm) -> None:
-        """Report one window of training: mean loss, learning rate, throughput, efficiency.
-
-        `losses` holds each micro-batch's loss in the window (summed over processes). Raises
-        NonFiniteLossError naming the first step whose loss is NaN or infinite.
-        """
+        """Report a window's loss, lr and throughput; NonFiniteLossError names the first non-finite loss's step."""
         if bad := [k for k, value in enumerate(losses) if not math.isfinite(value)]:
             bad_step = window.first_step + bad[0] // self.accum_steps + 1
             raise NonFiniteLossError(f"loss is {losses[bad[0]]} at step {bad_step} (epoch {epoch})")
         elapsed = time.perf_counter() - window.started
         busy = window.compute_time + window.data_time
         values = {
-            "loss": sum(losses) / (len(losses) * self.world_size),
+            "loss": sum(losses) / (len(losses) * self.world_size),  # each micro-batch's, summed over processes
             "lr": lr,
             "samples_per_s": window.samples * self.world_size / max(elapsed, 1e-9),
             "data_ms": 1000 * window.data_time / max(1, window.batches),
@@ -133,18 +122,9 @@ class RunLogger:
         self.write("train", values, step, epoch)
 
     def log_epoch(
-        self,
-        state: RunState,
-        epochs: int,
-        report: str,
-        logged: dict,
-        unreadable: dict[str, int],
-        seconds: float,
+        self, state: RunState, epochs: int, report: str, logged: dict, unreadable: dict[str, int], seconds: float
     ) -> None:
-        """Report an epoch: `report` on the console, `logged` (values per split) in metrics.jsonl and TensorBoard.
-
-        `unreadable`: the files skipped so far per split ({"unreadable_train": n, ...}), logged with "val".
-        """
+        """Report an epoch: `report` on the console; `logged` (per split) and `unreadable` (with "val") in the logs."""
         for split, values in logged.items():
             self.write(split, {**values, **(unreadable if split == "val" else {})}, state.global_step, state.epoch)
         skipped = sum(unreadable.values())
@@ -162,8 +142,7 @@ class RunLogger:
     def write(self, split: str, values: dict[str, Any], step: int, epoch: int) -> None:
         """Add scalars to TensorBoard as <split>/<name> and one JSON line to metrics.jsonl.
 
-        OutputError if either cannot be written; metrics.jsonl then keeps only whole lines (it is appended
-        to: rewriting it whole every line would take longer the longer the run).
+        OutputError if either cannot be written; metrics.jsonl then keeps only whole lines.
         """
         if not self.main_process:
             return
