@@ -140,10 +140,7 @@ class RunLogger:
                 self.writer.add_image(name, pil_to_tensor(picture), step)
 
     def write(self, split: str, values: dict[str, Any], step: int, epoch: int) -> None:
-        """Add scalars to TensorBoard as <split>/<name> and one JSON line to metrics.jsonl.
-
-        OutputError if either cannot be written; metrics.jsonl then keeps only whole lines.
-        """
+        """Add scalars to TensorBoard (<split>/<name>) and a line to metrics.jsonl; OutputError (no partial line)."""
         if not self.main_process:
             return
         with self._writing_events():
