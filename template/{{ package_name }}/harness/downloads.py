@@ -12,10 +12,7 @@ from . import UsageError, checkpoint
 
 
 def fetch(url: str) -> dict[str, Any]:
-    """The weights (a state_dict) at `url`, from the cache, downloaded there (its hash checked) if missing.
-
-    Without network, a UsageError names the URL and where to put the file; no empty cache folder is left behind.
-    """
+    """The weights (a state_dict) at `url`, from the cache or downloaded there; offline, a UsageError names the URL."""
     path = cache_path(url)
     if not path.is_file():
         made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]  # deepest first

@@ -22,10 +22,9 @@ from .samplers import Seeded, SeededSampler
 
 
 def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **options: Any) -> DataLoader:
-    """A DataLoader; `options` go to it. Training drops the last incomplete batch (a batch of one breaks batch norm).
+    """A DataLoader (`options` go to it) that draws no random number from torch's global generator.
 
-    Evaluation keeps every readable sample (collate_readable). The loader's own generator seeds its workers:
-    an iterator draws nothing from torch's global generator.
+    Training drops the last incomplete batch (a batch of one breaks batch norm); evaluation skips unreadable files.
     """
     options.setdefault("collate_fn", None if train else collate_readable)
     options["persistent_workers"] = options.get("num_workers", 0) > 0
