@@ -65,8 +65,8 @@ def read_image(path: str, channels: int = 3) -> torch.Tensor:
         why = "not an image PIL can identify" if isinstance(err, UnidentifiedImageError) else reason(err)
         raise UnreadableImageError(f"cannot read {path} ({why})") from None
     if upright.mode.startswith("I") or upright.mode == "F":  # PIL's own conversion would clip these at 255
-        # Floats in [0, 1] x 255; integers / the top of the least bit depth holding their maximum (a 12-bit camera's
-        # 4095 becomes 255, a very dark 16-bit image brighter); anything else stretched from min..max.
+        # Floats in [0, 1] x 255; integers / the top value of the least bit depth (8-16) that holds their maximum: a
+        # 12-bit camera's 4095 becomes 255 (a very dark 16-bit image, brighter); anything else stretched from min..max.
         values = np.asarray(upright, dtype=np.float64)
         low, high = float(values.min()), float(values.max())
         if upright.mode == "F" and low >= 0 and high <= 1:
