@@ -42,10 +42,12 @@ class DataSplits(NamedTuple):
 
 
 class ImageFiles(SkipsUnreadable, Dataset):
-    """(path, class index) `samples` as (image, class index) items; unreadable files skipped as SkipsUnreadable says."""
+    """(path, class index) `samples` under `root` as (image, class index) items, skipping as SkipsUnreadable says."""
 
-    def __init__(self, samples: list[tuple[str, int]], transform: v2.Compose, strict: bool, substitute: bool) -> None:
-        self.samples, self.transform = samples, transform
+    def __init__(
+        self, samples: list[tuple[str, int]], root: Path, transform: v2.Compose, strict: bool, substitute: bool
+    ) -> None:
+        self.samples, self.root, self.transform = samples, str(root), transform
         self.track_unreadable(len(samples), strict=strict, substitute=substitute)
 
     def __len__(self) -> int:
@@ -128,7 +130,7 @@ def build_datasets(
     if empty := [s for s in splits if not samples[s]]:  # a CSV's split column naming one split alone, or images gone
         reason = "every image left is held out" if chosen else "name both train and val in its split column"
         raise UsageError(f"{labels or root}: no {empty[0]} images: {reason}")
-    made = {s: ImageFiles(samples[s], transforms[s], strict=strict, substitute=s == "train") for s in splits}
+    made = {s: ImageFiles(samples[s], root, transforms[s], strict=strict, substitute=s == "train") for s in splits}
     return DataSplits(made.get("train"), made.get("val"), classes, 3, chosen)
 
 
