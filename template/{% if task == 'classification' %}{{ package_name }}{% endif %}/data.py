@@ -1,18 +1,14 @@
-"""The dataset module: the datasets training and evaluation read (transforms: transforms.py).
+"""The datasets train.py and test.py read: the built-in shapes, image folders, a labels CSV or torchvision's.
 
-Three sources, chosen with train.py's --dataset:
-  shapes        built-in synthetic coloured shapes; no download, learnable in about a minute
-  imagefolder   DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg, or DIR/<class>/*.jpg with a validation
-                split held out (selected by --data-dir DIR alone)
-  csv           image files listed with their labels in --labels FILE.csv (selected by --labels alone);
-                in both, files that cannot be read are skipped (images.py)
-  cifar10, mnist, fashionmnist   torchvision datasets under --data-dir, fetched only with --download
-The loaders are harness.loaders.build_split_loaders(), with transforms.BatchMix to collate training batches.
+Image folders are DIR/train/ and DIR/val/ of class folders, or DIR/<class>/ with a validation split held out.
 """
 
 import contextlib
 import csv
+import itertools
 import os
+from functools import partial
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -27,12 +23,8 @@ from .harness.samplers import hold_out
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, Preprocessing, build_transforms
 
-DATASETS = ("shapes", "imagefolder", "csv", "cifar10", "mnist", "fashionmnist")
-TORCHVISION_DATASETS = {
-    "cifar10": (datasets.CIFAR10, 3),  # the class and its images' channels
-    "mnist": (datasets.MNIST, 1),
-    "fashionmnist": (datasets.FashionMNIST, 1),
-}
+TORCHVISION_DATASETS = {"cifar10": datasets.CIFAR10, "mnist": datasets.MNIST, "fashionmnist": datasets.FashionMNIST}
+DATASETS = ("shapes", "imagefolder", "csv", *TORCHVISION_DATASETS)
 
 
 class HeldOutGoneError(UsageError):
@@ -50,12 +42,12 @@ class DataSplits(NamedTuple):
 
 
 class ImageFiles(SkipsUnreadable, Dataset):
-    """(path, class index) `samples` as (image, class index) items; unreadable files skipped as SkipsUnreadable says."""
+    """(path, class index) `samples` under `root` as (image, class index) items, skipping as SkipsUnreadable says."""
 
     def __init__(
-        self, samples: list[tuple[str, int]], transform: v2.Compose, *, strict: bool = False, substitute: bool = False
+        self, samples: list[tuple[str, int]], root: Path, transform: v2.Compose, strict: bool, substitute: bool
     ) -> None:
-        self.samples, self.transform = samples, transform
+        self.samples, self.root, self.transform = samples, str(root), transform
         self.track_unreadable(len(samples), strict=strict, substitute=substitute)
 
     def __len__(self) -> int:
@@ -95,42 +87,39 @@ def build_datasets(
     train_size: int = 12_000,
     val_size: int = 2_000,
 ) -> DataSplits:
-    """The train split (augmented as `augment` says) and the validation split, preprocessed as `prep` says.
+    """The `splits` asked for (the other is None): training's augmented as `augment` says, both preprocessed by `prep`.
 
-    Only the `splits` named are built, the other is None. Image files come from DIR/train/ and DIR/val/
-    (with the same class folders), or from DIR/<class>/ or the `labels` CSV, whose `held_out` images
-    (else the held_out_images() of `val_fraction`) are the validation split. UsageError on a missing or
-    empty source. Image files' labels index `classes` (a trained model's: UsageError for another label),
-    else their sorted set. `strict`: an unreadable image file raises images.UnreadableImageError.
+    Image files' validation split is DIR/val/, the CSV's split column, or the images held out (assign_splits).
+    Their labels index `classes` (a trained model's: UsageError for another label), else their sorted set.
+    UsageError on a missing or empty source; `strict`: an unreadable image raises images.UnreadableImageError.
     """
     if download and name not in TORCHVISION_DATASETS:
         raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
     if (labels is not None) != (name == "csv"):
         raise UsageError("--labels FILE.csv and --dataset csv go together")
-    channels = TORCHVISION_DATASETS[name][1] if name in TORCHVISION_DATASETS else 3
-    gray, sized = channels == 1, name == "shapes"
+    if name not in DATASETS:
+        raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    gray, sized = name in ("mnist", "fashionmnist"), name == "shapes"
     transforms = {s: build_transforms(prep, augment if s == "train" else None, gray=gray, sized=sized) for s in splits}
     if name == "shapes":  # distinct seeds per split, so no validation image is a training image
         sizes = {"train": (train_size, prep.crop_size, 2 * seed), "val": (val_size, prep.crop_size, 2 * seed + 1)}
         made = {s: SyntheticShapes(*sizes[s], transform=transforms[s]) for s in splits}
         return DataSplits(made.get("train"), made.get("val"), list(SHAPES), 3)
-    if name not in DATASETS:
-        raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     if name == "csv":
         root, rows = read_labels(labels, data_dir, columns)
     elif data_dir is None:
         raise UsageError(f"--dataset {name} needs --data-dir")
     elif name == "imagefolder" and ((data_dir / "train").is_dir() or (data_dir / "val").is_dir()):  # its own split
-        root, found = data_dir, {split: class_folders(data_dir / split) for split in splits}
-        rows = [(f"{split}/{path}", label, split) for split, got in found.items() for path, label, _ in got]
-        per_split = [{label for _, label, _ in got} for got in found.values()]
+        root, rows = data_dir, [row for split in splits for row in class_folders(data_dir, split)]
+        per_split = [{label for _, label, where in rows if where == split} for split in splits]
         if odd := sorted(set.union(*per_split) - set.intersection(*per_split)):  # classes that one split lacks
             raise UsageError(f"{data_dir}/train and val/ have different class folders: {', '.join(odd)} in one only")
     elif name == "imagefolder":
         root, rows = data_dir, class_folders(data_dir)
     else:
         made = {split: _torchvision_dataset(name, data_dir, split, transforms[split], download) for split in splits}
-        return DataSplits(made.get("train"), made.get("val"), list(made[splits[0]].classes), prep.channels or channels)
+        channels = prep.channels or (1 if gray else 3)
+        return DataSplits(made.get("train"), made.get("val"), list(made[splits[0]].classes), channels)
     found = sorted({label for _, label, _ in rows})
     if classes is not None and (unknown := [label for label in found if label not in classes]):
         raise UsageError(f"{root}: class {unknown[0]!r} is not one of the model's {len(classes)}: {', '.join(classes)}")
@@ -141,7 +130,7 @@ def build_datasets(
     if empty := [s for s in splits if not samples[s]]:  # a CSV's split column naming one split alone, or images gone
         reason = "every image left is held out" if chosen else "name both train and val in its split column"
         raise UsageError(f"{labels or root}: no {empty[0]} images: {reason}")
-    made = {s: ImageFiles(samples[s], transforms[s], strict=strict, substitute=s == "train") for s in splits}
+    made = {s: ImageFiles(samples[s], root, transforms[s], strict=strict, substitute=s == "train") for s in splits}
     return DataSplits(made.get("train"), made.get("val"), classes, 3, chosen)
 
 
@@ -160,13 +149,10 @@ def run_options(args: dict[str, Any]) -> dict[str, Any]:
 def validation_split(
     state: dict[str, Any], prep: Preprocessing, data_dir: Path | None = None, labels: Path | None = None, **options: Any
 ) -> DataSplits:
-    """The images test.py evaluates (.val): the run's validation split, or all of other data.
+    """The images test.py evaluates (.val): the validation split of checkpoint `state`'s run, or other data.
 
-    The run that saved checkpoint `state` has its validation split rebuilt as it was, its held-out images too.
-    Other data: `data_dir` (DIR/val/ if DIR has one, else every image of DIR/<class>/; a torchvision dataset's
-    test split, for a run on one) or the `labels` CSV (every image it lists, or its val rows where it has a
-    split column; paths relative to it or to `data_dir`), labels among the checkpoint's classes (not all of
-    them, maybe); of data holding every image the run held out, those alone. `options`: build_datasets'.
+    Other data (`data_dir` or the `labels` CSV) gives its val split, or all its images, labelled among the
+    checkpoint's classes; data holding every image the run held out gives those alone. `options`: build_datasets'.
     """
     trained = state["args"]
     options = {**run_options(trained), **options}
@@ -182,28 +168,28 @@ def validation_split(
     return build_datasets(name, data_dir, prep, splits=("val",), **options)
 
 
-def class_folders(root: Path) -> list[tuple[str, str, None]]:
-    """ROOT/<class>/**/<image> as (path relative to root, class, None) rows; UsageError if there is none."""
-    if not root.is_dir():
-        what = "is a file, not a folder" if root.exists() else "does not exist"
-        raise UsageError(f"image folder {root} {what} (expected DIR/<class>/, or DIR/train/ and DIR/val/)")
-    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not is_hidden(entry.name))
+def class_folders(root: Path, split: str | None = None) -> list[tuple[str, str, str | None]]:
+    """ROOT[/split]/<class>/**/<image> as (path relative to root, class, split) rows; UsageError if there is none."""
+    folder = root / split if split else root
+    if not folder.is_dir():
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise UsageError(f"image folder {folder} {what} (expected DIR/<class>/, or DIR/train/ and DIR/val/)")
+    classes = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir() and not is_hidden(entry.name))
     if not classes:  # hidden folders (.ipynb_checkpoints, __MACOSX) are no classes
-        raise UsageError(f"image folder {root} has no images: no class folder in it")
+        raise UsageError(f"image folder {folder} has no images: no class folder in it")
     try:
         index = {name: i for i, name in enumerate(classes)}
-        samples = datasets.folder.make_dataset(str(root), index, is_valid_file=lambda path: is_image_name(path, root))
+        samples = datasets.folder.make_dataset(str(folder), index, is_valid_file=partial(is_image_name, folder=folder))
     except FileNotFoundError as err:  # a class folder without images
-        raise UsageError(f"image folder {root} has no images: {err}") from None
-    return [(Path(path).relative_to(root).as_posix(), classes[label], None) for path, label in samples]
+        raise UsageError(f"image folder {folder} has no images: {err}") from None
+    return [(Path(path).relative_to(root).as_posix(), classes[label], split) for path, label in samples]
 
 
 def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str]) -> tuple[Path, list[tuple]]:
     """The folder the images are in (`data_dir`, else the CSV's), and (image, label, split or None) rows.
 
-    One row per image under a header naming the `columns` (image, label) and, optionally, "split"
-    (train or val). UsageError naming the file and line for a missing column, an empty cell, an
-    image that is not there or listed twice, or another split.
+    A header names the `columns` (image, label) and maybe "split" (train or val). UsageError naming the
+    file and line for a missing column, an empty cell, an image that is not there or listed twice, or another split.
     """
     root = data_dir if data_dir is not None else csv_file.parent
     rows, first_line = [], {}
@@ -211,9 +197,8 @@ def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str])
         with csv_file.open(newline="", encoding="utf-8-sig") as file:  # -sig: a spreadsheet's byte-order mark
             reader = csv.DictReader(file)
             header = reader.fieldnames or []
-            for column in columns:
-                if column not in header:
-                    raise UsageError(f"{csv_file}: line 1: no column {column!r} (the header has: {', '.join(header)})")
+            if missing := [column for column in columns if column not in header]:
+                raise UsageError(f"{csv_file}: line 1: no column {missing[0]!r} (the header has: {', '.join(header)})")
             for row in reader:
                 where = f"{csv_file}: line {reader.line_num}"
                 image, label, split = ((row.get(key) or "").strip() for key in (*columns, "split"))
@@ -240,61 +225,45 @@ def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str])
 def assign_splits(
     rows: list[tuple], root: Path, held_out: list[str] | None, fraction: float
 ) -> tuple[list[tuple], list[str]]:
-    """`rows` with their splits, and the images the project held out ([] where the data gives every split).
+    """`rows` with their splits, and the images held out for validation ([] where the rows give every split).
 
-    Where it gives none, `held_out` (a resumed run's; else held_out_images() of `fraction`) validate;
-    UsageError if one of them is gone from `root`.
+    Those are `held_out` (a run's: HeldOutGoneError if one is not in `rows`), else every image with `fraction` 1,
+    else `fraction` of each class's, chosen by samplers.hold_out from "<class>/<path>": stable as images are added.
     """
     if all(split is not None for _, _, split in rows):
         return rows, []
-    chosen = held_out_images(rows, fraction) if held_out is None else held_out
-    held = set(chosen)
-    if missing := held - {path for path, _, _ in rows}:
+    if held_out is None and fraction == 1:  # test.py evaluating other data
+        held_out = sorted(path for path, _, _ in rows)
+    elif held_out is None:
+        held_out = []
+        for label, group in itertools.groupby(sorted(rows, key=itemgetter(1)), key=itemgetter(1)):
+            keys = [f"{label}/{path}" for path, _, _ in group]
+            if len(keys) < 2:
+                raise UsageError(f"class {label!r} has 1 image: holding out a validation split needs 2 or more")
+            held_out += [key.removeprefix(f"{label}/") for key in hold_out(keys, fraction)]
+        held_out.sort()
+    if missing := set(held_out) - {path for path, _, _ in rows}:
         raise HeldOutGoneError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
-    return [(path, label, "val" if path in held else "train") for path, label, _ in rows], chosen
-
-
-def held_out_images(rows: list[tuple], fraction: float) -> list[str]:
-    """The images held out for validation: `fraction` of each class's, chosen by samplers.hold_out.
-
-    The key of an image is "<class>/<path>", so the choice is the same on every machine and adding
-    images moves no other; every class has at least one held-out image and one to train on. `fraction` 1: every
-    image (test.py evaluating other data).
-    """
-    if fraction == 1:
-        return sorted(path for path, _, _ in rows)
-    by_class: dict[str, list[str]] = {}
-    for path, label, _ in rows:
-        by_class.setdefault(label, []).append(path)
-    held_out = []
-    for label, paths in sorted(by_class.items()):
-        if len(paths) < 2:
-            raise UsageError(f"class {label!r} has 1 image: holding out a validation split needs 2 or more")
-        keys = {f"{label}/{path}": path for path in paths}
-        held_out += [keys[key] for key in hold_out(list(keys), fraction)]
-    return sorted(held_out)
+    held = set(held_out)
+    return [(path, label, "val" if path in held else "train") for path, label, _ in rows], held_out
 
 
 def _torchvision_dataset(name: str, data_dir: Path, split: str, transform: v2.Compose, download: bool) -> Dataset:
     """A torchvision dataset's split; a failed download leaves data_dir as it was, bar partial files."""
 
-    def folders() -> set[Path]:  # the folders among data_dir, its parents and everything under it
-        under = [path for path in data_dir.rglob("*") if path.is_dir()] if data_dir.is_dir() else []
-        return {path for path in (data_dir, *data_dir.parents) if path.is_dir()} | set(under)
+    def folders() -> set[Path]:  # data_dir, its parents and every folder under it
+        return {path for path in (data_dir, *data_dir.parents, *data_dir.rglob("*")) if path.is_dir()}
 
     before = folders() if download else set()
     try:
-        return TORCHVISION_DATASETS[name][0](
-            str(data_dir), train=split == "train", transform=transform, download=download
-        )
+        return TORCHVISION_DATASETS[name](str(data_dir), train=split == "train", transform=transform, download=download)
     except (OSError, RuntimeError) as err:  # a URLError is an OSError; MNIST reports it as a RuntimeError
         if not download:  # torchvision's "Dataset not found or corrupted"
             raise UsageError(f"{name} not found under {data_dir}; pass --download to fetch it ({err})") from None
-        for folder in sorted(folders() - before, key=lambda path: len(path.parts), reverse=True):  # deepest first
+        for folder in sorted(folders() - before, reverse=True):  # each folder before its parent
             with contextlib.suppress(OSError):  # rmdir refuses a folder with a file in it: that folder stays
                 folder.rmdir()
-        # The last line is the error itself: MNIST's message first names the file and each mirror tried.
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[-1]  # MNIST's first lines name the mirrors
         raise UsageError(
             f"the download of {name} failed ({reason}); check the network, or put the files under {data_dir} yourself"
         ) from None

@@ -1,8 +1,6 @@
-"""Pretrained weights for a network: torchvision's by name, or a file; offline first.
+"""Pretrained weights: torchvision's by name, read from its cache (downloaded only if missing), or a file.
 
-torchvision's weights are read from its cache, torch.hub.get_dir()/checkpoints/ (under
-$TORCH_HOME, ~/.cache/torch by default), and downloaded there only when the file is missing.
-A file is a state_dict (.pt/.pth), or a checkpoint written by train.py.
+A file is a state_dict (.pt/.pth) or a checkpoint written by train.py.
 """
 
 import argparse
@@ -80,7 +78,6 @@ def resolve(backbone: str, weights: str) -> Weights | None:
 def weights_id(backbone: str, weights: str) -> str:
     """What --weights stands for, whatever its spelling: "none", a file's absolute path, or torchvision's full name.
 
-    A resumed run compares its --weights with the saved one by this (DEFAULT is IMAGENET1K_V1 for resnet18).
     Reads no file; a name that does not resolve stands for itself.
     """
     if weights == "none":
@@ -96,10 +93,8 @@ def weights_id(backbone: str, weights: str) -> str:
 def choose(backbone: str, weights: str, img_size: int | None) -> tuple[Weights | None, Preprocessing]:
     """The weights a fresh run starts from (resolve()), and how it feeds images, at --img-size when given.
 
-    torchvision weights bring their preprocessing (weights.transforms()); a train.py checkpoint
-    brings the one it saved; a plain state_dict is taken to come from the architecture's default
-    torchvision weights. Without weights: images squashed to 32x32, scaled to [-1, 1]. At another
-    --img-size the resize keeps its ratio to the crop (232/224 -> 37/32).
+    The preprocessing of the torchvision weights, of a train.py checkpoint, or for a plain state_dict the
+    architecture's DEFAULT weights'; without weights 32x32 in [-1, 1]. --img-size keeps the resize's ratio to the crop.
     """
     resolved = resolve(backbone, weights)
     if resolved is not None and resolved.state is not None and "model_config" in resolved.state:
@@ -109,7 +104,7 @@ def choose(backbone: str, weights: str, img_size: int | None) -> tuple[Weights |
         crop, resize = given.crop_size[0], given.resize_size[0]
         prep = Preprocessing(crop, resize, given.mean, given.std, given.interpolation.value, channels=3)
     else:
-        prep = Preprocessing(crop_size=32, channels=None if backbone == BUILTIN else 3)  # pretrained networks: RGB
+        prep = Preprocessing(crop_size=32, channels=None if backbone == BUILTIN else 3)  # torchvision's take RGB
     if img_size is not None:
         resize = None if prep.resize_size is None else round(img_size * prep.resize_size / prep.crop_size)
         prep = dataclasses.replace(prep, crop_size=img_size, resize_size=resize)
@@ -124,9 +119,8 @@ def fetch(weights: Weights) -> dict[str, Any]:
 def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], config: Any, classes: list[str]) -> str:
     """Copy the weights into `network` (the model's .network); return a line saying what was loaded.
 
-    The backbone must match exactly: a missing, unexpected or differently shaped tensor is a
-    UsageError naming the first one. The old head is dropped, except a train.py checkpoint's
-    with the same classes (training on from an earlier fine-tuning run).
+    UsageError naming the first missing, unexpected or differently shaped tensor of the backbone. The old
+    head is dropped, except a train.py checkpoint's with the same classes.
     """
     state, keep_head = _network_state(weights, contents, network, config, classes)
     state = {key: value for key, value in state.items() if keep_head or not key.startswith("head.")}
@@ -143,8 +137,7 @@ def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], co
         if state[key].shape != tensor.shape:
             shapes = f"{tuple(state[key].shape)} in the file, {tuple(tensor.shape)} in the model"
             raise UsageError(f"{fits}: {key} has shape {shapes}")
-    unexpected = [key for key in state if key not in own]
-    if unexpected:
+    if unexpected := [key for key in state if key not in own]:
         raise UsageError(f"{fits}: unexpected {unexpected[0]}")
     network.load_state_dict(state, strict=keep_head)
     head = "its head" if keep_head else f"a new head for {config.num_classes} classes"

@@ -1,11 +1,7 @@
-"""Image preprocessing and augmentation: what a network expects, and how training varies it.
+"""Preprocessing (what the network expects, saved in every checkpoint) and augmentation (how training varies it).
 
-A Preprocessing is decided once, when a run starts (from pretrained weights, or the built-in
-defaults), saved in every checkpoint, and read back by test.py, predict.py and export.py, so
-every script feeds the model exactly what training fed it. An Augmentation says which random
-changes training makes (evaluation makes none). Each is a pure function of (seed, epoch, sample
-index): samplers.Seeded seeds torch's generator for every sample, BatchMix for every batch, so a
-run resumed mid-epoch, or run with other --num-workers, sees exactly the same images.
+Augmentation draws from torch's generator, seeded per sample (samplers.Seeded) and per batch (BatchMix):
+a run resumed mid-epoch, or with other --num-workers, sees exactly the same images.
 """
 
 from dataclasses import asdict, dataclass
@@ -33,8 +29,7 @@ class Preprocessing:
     channels: int | None = None  # convert images to this many channels (3 for torchvision backbones); None: keep
 
     def __post_init__(self) -> None:
-        # Checkpoints and JSON give lists back; keep the dataclass comparable.
-        object.__setattr__(self, "mean", tuple(self.mean))
+        object.__setattr__(self, "mean", tuple(self.mean))  # checkpoints and JSON give lists back
         object.__setattr__(self, "std", tuple(self.std))
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,12 +66,10 @@ class Augmentation:
 def build_transforms(
     prep: Preprocessing, augment: Augmentation | None = None, gray: bool = False, sized: bool = False
 ) -> v2.Compose:
-    """The pipeline from a PIL image or uint8 tensor to a normalised float tensor (C, crop, crop).
+    """The pipeline from a PIL image or uint8 tensor to a normalised float (C, crop, crop), random with `augment`.
 
-    Without `augment` (evaluation) the same for every call; with it (training) random as Augmentation
-    says, a random crop taking the centre crop's place. `gray`: the images have one channel, made
-    three when prep.channels is 3. `sized`: the images are uint8 tensors of crop x crop already (the
-    built-in shapes), so the conversion and the resize are left out: no-ops that cost as much as a flip.
+    `gray`: one-channel images, made three where prep.channels is 3. `sized`: uint8 tensors of the crop size
+    already (the built-in shapes): the conversion and the resize, no-ops as costly as a flip, are left out.
     """
     interpolation = v2.InterpolationMode(prep.interpolation)
     size = (prep.crop_size, prep.crop_size)
@@ -106,8 +99,8 @@ def build_transforms(
 class RandomFlip:
     """Flip an image tensor (C, H, W) along `dim` (-1 horizontal, -2 vertical) with probability p.
 
-    v2.RandomHorizontalFlip and v2.RandomVerticalFlip for tensors, with their draw (torch.rand(1) < p),
-    so the same images flip; on 32-pixel images their per-call dispatch costs five times the flip itself.
+    v2.RandomHorizontalFlip/RandomVerticalFlip's draw (torch.rand(1) < p), so the same images flip, without
+    their per-call dispatch, which costs five times the flip itself on 32-pixel images.
     """
 
     def __init__(self, p: float, dim: int) -> None:
@@ -121,9 +114,8 @@ class RandomFlip:
 class Normalize:
     """uint8 image (C, H, W) -> float32 (image / 255 - mean) / std: v2.ToDtype(scale=True) and v2.Normalize in one.
 
-    One fused multiply-add into a new tensor: on small images each operation's dispatch costs more
-    than its arithmetic, and the pair cost more than anything else a built-in training image went
-    through. Float images are taken as in [0, 1].
+    One fused multiply-add into a new tensor: on small images the pair's dispatch cost more than anything
+    else a built-in training image went through. Float images are taken as in [0, 1].
     """
 
     def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
@@ -142,10 +134,8 @@ class Normalize:
 class BatchMix:
     """Collate Seeded items (image, label, seed) into (images (N, C, H, W), targets), mixing the batch when asked.
 
-    With mixup_alpha or cutmix_alpha > 0 each batch is mixed by torchvision's v2.MixUp or v2.CutMix
-    (one of the two, at random, when both are on) into probabilities (N, num_classes); their draws
-    come from torch's generator seeded by the batch's first sample, so they too repeat exactly.
-    Without mixing the targets stay class indices (N,). The loss smooths either kind of target.
+    With an alpha > 0, v2.MixUp or v2.CutMix (one at random when both are on) make the targets probabilities
+    (N, num_classes), drawn from the batch's first seed; else they are class indices (N,).
     """
 
     def __init__(self, num_classes: int, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0) -> None:

@@ -1,7 +1,6 @@
-"""The built-in dataset: coloured geometric shapes, rendered from a seed; no download and no files.
+"""The built-in dataset: coloured shapes on noise, drawn from a seed; no download, no files.
 
-Six classes a small network learns to about 99% in a few minutes on a CPU, while the noise and
-random colours keep it from being trivial.
+Six classes a small network learns to about 99% in a few minutes on a CPU.
 """
 
 import torch
@@ -15,10 +14,8 @@ MAX_RENDERED_BYTES = 256 * 2**20  # a split that fits is drawn once, up front; a
 class SyntheticShapes(Dataset):
     """Item i: (uint8 image (3, S, S), label i % 6), a coloured shape on a noisy background from (seed, i) alone.
 
-    So any process or worker renders the same sample, classes are balanced, and other seeds give
-    other images (train and val use different seeds). Drawing an image costs more than a small
-    network's step on it, so a split that fits in MAX_RENDERED_BYTES is drawn once, up front (about
-    1 s and 43 MB for 14,000 images at 32 pixels). `textures`: render_shape's noise, gradient, stripes.
+    Drawing costs more than a small network's step, so a split within MAX_RENDERED_BYTES is drawn once,
+    up front. `textures`: render_shape's noise, gradient, stripes.
     """
 
     def __init__(
@@ -33,8 +30,7 @@ class SyntheticShapes(Dataset):
         return self.size
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        # A copy of the stored image, so no transform can write into the stored one.
-        image = self.render(index) if self.images is None else self.images[index].clone()
+        image = self.render(index) if self.images is None else self.images[index].clone()  # no transform writes in it
         return image if self.transform is None else self.transform(image), index % len(SHAPES)
 
     def render(self, index: int) -> torch.Tensor:
@@ -48,10 +44,8 @@ def render_shape(
 ) -> torch.Tensor:
     """Draw one shape with a random centre, size and colour; returns uint8 (3, img_size, img_size).
 
-    `noise`: the std of the white noise over the whole image (the classifier's texture; 0 for
-    clean images to restore). `gradient`: how much the background's brightness changes across
-    the image, in a random direction. `stripes`: the amplitude of a striped texture on the shape,
-    a sine wave of random direction and period (3 to 8 pixels). The classifier's images have neither.
+    `noise`: the std of white noise over the image. `gradient`: the background's change in brightness across
+    the image. `stripes`: the amplitude of stripes on the shape (3 to 8 pixels apart). Directions are random.
     """
 
     def uniform(low: float, high: float) -> float:
