@@ -83,7 +83,7 @@ def predict(
 
 
 def preview_batch(dataset: Dataset, count: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same `count` readable items, spread over `dataset`, every time: images (N, C, H, W), labels (N,).
+    """The same `count` readable items spread over `dataset` each time: images (N, C, H, W), labels (N,).
 
     Unreadable items (None) are passed over; UsageError if none is readable.
     """

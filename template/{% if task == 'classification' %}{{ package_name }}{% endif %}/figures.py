@@ -54,10 +54,7 @@ def prediction_grid(
 
 
 def confusion_image(confusion: torch.Tensor, names: list[str]) -> Image.Image:
-    """A confusion matrix (K, K) (rows: true class) as counts and as row shares side by side, shaded by the shares.
-
-    Past MATRIX_LIMIT classes only the most_confused() are drawn (the titles say so): at most about 2900 x 1400 pixels.
-    """
+    """A confusion matrix (K, K) (rows: true class) as counts and row shares; past MATRIX_LIMIT, its most_confused()."""
     confusion = confusion.detach().cpu().to(torch.int64)
     shown = torch.tensor(most_confused(confusion))  # (k,) with k <= MATRIX_LIMIT
     shares = confusion.double() / confusion.sum(dim=1, keepdim=True).clamp(min=1)  # (K, K): each row's shares
