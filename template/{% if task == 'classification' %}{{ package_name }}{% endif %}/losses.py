@@ -13,8 +13,6 @@ class FocalLoss(nn.Module):
     gamma = 0 is cross-entropy. Loss and gradient stay finite for every gamma >= 0, even where p == 1 (float32).
     """
 
-    min_one_minus_p = 1e-12  # the weight's floor; see forward()
-
     def __init__(self, gamma: float = 2.0, label_smoothing: float = 0.0) -> None:
         super().__init__()
         self.gamma = gamma
@@ -26,6 +24,6 @@ class FocalLoss(nn.Module):
         log_probs = F.log_softmax(logits, dim=1)  # (N, C)
         # -expm1(log p) keeps 1 - p precise near p = 1. The clamp keeps pow's derivative finite for 0 < gamma < 1
         # (at p == 1 it is infinite, times log p == 0: NaN); it moves the loss by less than 1e-12.
-        one_minus_p = (-torch.expm1(log_probs)).clamp(min=self.min_one_minus_p)  # (N, C)
+        one_minus_p = (-torch.expm1(log_probs)).clamp(min=1e-12)  # (N, C)
         weight = one_minus_p.pow(self.gamma)  # (N, C), small where p is high
         return -(targets * weight * log_probs).sum(dim=1).mean()
