@@ -55,8 +55,7 @@ class TorchvisionClassifier(nn.Module):
         elif name.startswith("maxvit_"):
             options["input_size"] = (image_size, image_size)
         elif name in ("googlenet", "inception_v3"):
-            # No auxiliary heads (nor their warning); transform_input as their weights expect, always, so that
-            # a checkpoint's config alone rebuilds the same network.
+            # No auxiliary heads; transform_input as their weights expect, always: the config alone rebuilds it.
             options.update(aux_logits=False, init_weights=True, transform_input=True)
         try:
             self.backbone = torchvision.models.get_model(name, weights=None, **options)
