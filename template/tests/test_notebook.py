@@ -1,8 +1,6 @@
 """notebooks/explore.ipynb is saved without outputs, and runs from top to bottom: pytest tests/test_notebook.py
 
-It runs in a fresh kernel of this interpreter's own ipykernel (no installed kernelspec needed), in
-a temporary project folder, twice: first it finds no run under runs/, then the one a short
-train.py run has made there. The real runs/ is neither read nor written.
+It runs in a fresh kernel, in a temporary project, twice: before a short train.py run and after; runs/ is untouched.
 """
 
 import os

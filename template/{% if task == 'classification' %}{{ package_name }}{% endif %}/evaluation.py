@@ -23,11 +23,10 @@ def evaluate(
     channels_last: bool = False,
     mistakes: int = 0,
 ) -> dict[str, torch.Tensor]:
-    """Run the model over `loader` in eval mode (its mode restored after); return summed cross-entropy and confusion.
+    """Summed cross-entropy and confusion (for processes to add up) of the model over `loader`, in eval mode.
 
-    Sums, so that processes can add theirs up before summarize(). With `mistakes` > 0 also the most
-    confidently wrong images, on the CPU, most confident first: "mistake_images" (M, C, H, W),
-    "mistake_targets", "mistake_predictions", "mistake_confidence" (M,), M <= mistakes (none if no image).
+    With `mistakes` > 0 also the M <= mistakes most confidently wrong images, on the CPU, most confident first:
+    "mistake_images" (M, C, H, W), "mistake_targets", "mistake_predictions", "mistake_confidence" (M,).
     """
     was_training = model.training
     model.eval()
@@ -84,10 +83,9 @@ def predict(
 
 
 def preview_batch(dataset: Dataset, count: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
-    """`count` readable items spread evenly over an evaluation dataset: (images (N, C, H, W), labels (N,)).
+    """The same `count` readable items spread over `dataset` each time: images (N, C, H, W), labels (N,).
 
-    The same every time, so that pictures compare from epoch to epoch. Unreadable items (None) are
-    passed over; UsageError if none is readable.
+    Unreadable items (None) are passed over; UsageError if none is readable.
     """
     spread = torch.linspace(0, len(dataset) - 1, min(count, len(dataset))).round().long().unique().tolist()
     rest = (index for index in range(len(dataset)) if index not in spread)  # read only if some were unreadable

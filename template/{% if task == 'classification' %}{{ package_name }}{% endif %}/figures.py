@@ -1,8 +1,4 @@
-"""Pictures of what the model does, for a person to look at: labelled images and a confusion matrix.
-
-train.py logs both to TensorBoard once per epoch (writing images is slow and the event file grows
-with each); test.py saves them as PNG files next to its report.
-"""
+"""Pictures of what the model does: labelled images and a confusion matrix (TensorBoard's and test.py's)."""
 
 import torch
 from PIL import Image, ImageDraw, ImageFont
@@ -39,11 +35,7 @@ def prediction_grid(
     prep: Preprocessing,
     columns: int = 8,
 ) -> Image.Image:
-    """Model inputs (N, C, H, W) in a grid, each scaled to TILE pixels above its true and predicted class.
-
-    Wrong predictions get a red border and red text, right ones green text. Small images are
-    scaled up with nearest neighbours, so that their pixels stay visible.
-    """
+    """Model inputs (N, C, H, W) as a grid of TILE-pixel tiles captioned with true and predicted class, wrong in red."""
     font, tiles = ImageFont.load_default(), []
     rows = zip(displayable(images, prep), targets.tolist(), predictions.tolist(), confidence.tolist(), strict=True)
     for image, true, predicted, probability in rows:
@@ -62,12 +54,7 @@ def prediction_grid(
 
 
 def confusion_image(confusion: torch.Tensor, names: list[str]) -> Image.Image:
-    """The confusion matrix (K, K) (rows: true class, columns: predicted) as two panels side by side.
-
-    Left the counts, right each row divided by its total; cells shaded by the latter. Past
-    MATRIX_LIMIT classes only the most_confused() ones are drawn (the titles say so): at most
-    about 2900 x 1400 pixels.
-    """
+    """A confusion matrix (K, K) (rows: true class) as counts and row shares; past MATRIX_LIMIT, its most_confused()."""
     confusion = confusion.detach().cpu().to(torch.int64)
     shown = torch.tensor(most_confused(confusion))  # (k,) with k <= MATRIX_LIMIT
     shares = confusion.double() / confusion.sum(dim=1, keepdim=True).clamp(min=1)  # (K, K): each row's shares
@@ -104,8 +91,7 @@ def cell_centre(row: int, column: int) -> tuple[int, int]:
 def most_confused(confusion: torch.Tensor, limit: int = MATRIX_LIMIT) -> list[int]:
     """The classes of a confusion matrix (K, K) worth drawing, in class order: all K up to `limit`.
 
-    Past that, the classes of the largest off-diagonal counts (true and predicted class of
-    each), largest first, until `limit` are chosen; ties go to the lower class index.
+    Past that, those of the largest off-diagonal counts (true, then predicted), largest first; ties to the lower index.
     """
     size = confusion.shape[0]
     if size <= limit:

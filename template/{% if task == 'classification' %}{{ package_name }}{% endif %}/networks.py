@@ -7,15 +7,13 @@ from torch import nn
 from . import UsageError
 from .layers import ConvBlock, ResBlock
 
-# Built without weights, torchvision's classifiers end in a layer with this many outputs.
-IMAGENET_CLASSES = 1000
+IMAGENET_CLASSES = 1000  # the outputs of the last layer of every torchvision classifier
 
 
 class ResNetClassifier(nn.Module):
     """A small residual network: stem, stages of (strided ConvBlock + ResBlocks), pooling, head.
 
-    Input (N, in_channels, H, W) of any size >= 2 ** (len(widths) - 1); output logits
-    (N, num_classes). The network returns raw logits: the loss applies log-softmax itself.
+    Images (N, in_channels, H, W) of any size >= 2 ** (len(widths) - 1) -> raw logits (N, num_classes).
     """
 
     def __init__(
@@ -27,8 +25,7 @@ class ResNetClassifier(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        # Build a plain list of blocks, then unpack it into nn.Sequential so every block is
-        # registered (a bare Python list of modules would be invisible to .to() and the optimizer).
+        # A plain list, unpacked into nn.Sequential: a bare list's modules would be invisible to .to() and optimizers.
         blocks: list[nn.Module] = [ConvBlock(in_channels, widths[0])]
         for i, width in enumerate(widths):
             if i > 0:
@@ -44,13 +41,10 @@ class ResNetClassifier(nn.Module):
 
 
 class TorchvisionClassifier(nn.Module):
-    """A torchvision classification model as the backbone, with a new head for `num_classes`.
+    """A torchvision classifier, built without weights, its last layer replaced by a head for `num_classes`.
 
-    The model's own last layer (`fc`, `classifier[-1]`, `heads.head`, squeezenet's final 1x1
-    convolution, ...) becomes an identity, so the backbone maps images (N, 3, H, W) to features
-    (N, F); the head is dropout then a linear layer. The backbone is built without weights:
-    pretrained.py loads them. `image_size` matters only to models built for one input size
-    (vit_*, maxvit_t). Input (N, 3, image_size, image_size); output logits (N, num_classes).
+    The backbone maps images (N, 3, image_size, image_size) to features (N, F), the head (dropout, linear)
+    those to logits (N, num_classes). `image_size` matters only to vit_* and maxvit_t, built for one size.
     """
 
     def __init__(self, name: str, num_classes: int, dropout: float = 0.0, image_size: int = 224) -> None:
@@ -61,16 +55,13 @@ class TorchvisionClassifier(nn.Module):
         elif name.startswith("maxvit_"):
             options["input_size"] = (image_size, image_size)
         elif name in ("googlenet", "inception_v3"):
-            # One output (the auxiliary heads only help training from scratch); no deprecation warning.
-            # transform_input as torchvision sets it for their weights, which expect it after ImageNet's
-            # normalisation; always, so that a checkpoint's config alone rebuilds the same network.
+            # No auxiliary heads; transform_input as their weights expect, always: the config alone rebuilds it.
             options.update(aux_logits=False, init_weights=True, transform_input=True)
         try:
             self.backbone = torchvision.models.get_model(name, weights=None, **options)
         except (ValueError, RuntimeError, AssertionError) as err:  # an input size the model cannot take
             raise UsageError(f"--backbone {name} cannot be built for {image_size}x{image_size} images: {err}") from None
-        # The final layer is the last that maps to the ImageNet classes: a Linear layer in every
-        # torchvision classifier but squeezenet, where it is a 1x1 convolution before the pooling.
+        # The last layer that maps to the ImageNet classes: Linear (fc, heads.head, ...) or squeezenet's 1x1 conv.
         self.classifier_name, final = [
             (key, module)
             for key, module in self.backbone.named_modules()

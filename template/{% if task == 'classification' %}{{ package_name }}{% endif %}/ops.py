@@ -1,19 +1,13 @@
-"""Pure tensor functions: no nn.Module, no state, no I/O.
-
-Everything here takes tensors and returns tensors on the same device, so it can be used inside
-forward methods, losses and the training loop alike.
-"""
+"""Pure tensor functions (no module, state or I/O), for forward methods, losses and the loop alike."""
 
 import torch
 import torch.nn.functional as F
 
 
 def smooth_labels(targets: torch.Tensor, num_classes: int, smoothing: float = 0.0) -> torch.Tensor:
-    """Class indices (N,) or class probabilities (N, C) as probabilities (N, C), label-smoothed.
+    """Class indices (N,) or probabilities (N, C) as probabilities (N, C), smoothed as nn.CrossEntropyLoss does.
 
-    With smoothing eps every class gets eps / C and the rest stays where it was (1 - eps + eps / C
-    for a true class), the convention of nn.CrossEntropyLoss(label_smoothing=eps). Smoothing
-    commutes with mixup and cutmix: smoothing mixed targets equals mixing smoothed ones.
+    Every class gets smoothing / C on top of (1 - smoothing) times its share; smoothing commutes with mixup.
     """
     if targets.dim() == 1:
         targets = F.one_hot(targets, num_classes).float()  # (N, C)
