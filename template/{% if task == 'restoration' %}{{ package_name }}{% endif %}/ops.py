@@ -1,8 +1,7 @@
 """Pure tensor functions: no nn.Module, no state, no I/O.
 
-PSNR and SSIM take images in [0, max_value], shape (N, C, H, W), and return one value per image,
-shape (N,). They compute in float32 whatever the input dtype (float64 stays float64): bf16 and
-fp16 lack the precision for a squared error near 1e-5.
+PSNR and SSIM compute in float32 (float64 stays float64) whatever the input: bf16 and fp16 lack the
+precision for a squared error near 1e-5.
 """
 
 import torch
@@ -45,11 +44,8 @@ def ssim(
 ) -> torch.Tensor:
     """Structural similarity of each image (Wang et al., 2004): (N, C, H, W) twice -> (N,); 1 means identical.
 
-    Means, variances and the covariance are Gaussian-weighted (std sigma) over window x window
-    patches, per channel, over the 'valid' region only (no made-up border pixels). The SSIM map
-        ((2 mu_x mu_y + C1) (2 cov_xy + C2)) / ((mu_x^2 + mu_y^2 + C1) (var_x + var_y + C2)),
-    C1 = (0.01 max_value)^2, C2 = (0.03 max_value)^2, is averaged over channels and pixels.
-    ValueError unless both are 4-D of one shape with H and W >= window.
+    Gaussian-weighted statistics (std sigma) over window x window patches of the 'valid' region, per
+    channel. ValueError unless both are 4-D of one shape with H and W >= window.
     """
     pred, target = _as_float_pair(pred, target)
     n, channels, height, width = pred.shape
