@@ -1,7 +1,6 @@
-"""The dataset module: (degraded, clean) image pairs, both float32 (3, S, S) in [0, 1].
+"""The dataset module: (degraded, clean) float32 pairs in [0, 1] of the built-in shapes or of image files.
 
-Built-in synthetic shapes, or patches of the image files under DIR/train/ and DIR/val/ (or DIR, a share
-held out). Every random draw comes from torch's global generator, seeded per item (samplers.py).
+Every random draw comes from torch's global generator, seeded per item (samplers.py).
 """
 
 from pathlib import Path
@@ -146,9 +145,8 @@ def build_split(
 ) -> Dataset:
     """The training split (`train`) or the validation split of (degraded, clean) items, and only that one.
 
-    Without `data_dir`, DegradedShapes (a seed per split); with it, ImagePatches of data_dir/train or
-    data_dir/val, or of the `held_out` images or the rest. UsageError on a missing or empty folder, or a
-    held-out image gone.
+    Without `data_dir`, DegradedShapes (a seed per split); with it, ImagePatches of data_dir/train or /val, or
+    of the `held_out` images or the rest. UsageError on a missing or empty folder, or a held-out image gone.
     """
     if data_dir is None:
         size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)

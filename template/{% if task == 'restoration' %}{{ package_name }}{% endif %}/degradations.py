@@ -1,7 +1,6 @@
 """Degradations: what turns a clean image into the one the restorer learns to repair.
 
-Random draws (the noise, mix's choice) come only from torch's global generator, which samplers.Seeded
-and samplers.fixed_seed seed per sample; blur, downscale and jpeg draw nothing.
+Only noise and mix draw random numbers, from torch's global generator (seeded per sample: samplers.py).
 """
 
 import io

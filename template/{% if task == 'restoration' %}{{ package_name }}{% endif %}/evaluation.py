@@ -46,8 +46,7 @@ def evaluate(
 ) -> dict[str, torch.Tensor]:
     """Sums of METRICS and "samples" over `loader`'s (degraded, clean) batches, in eval mode: float64 on `device`.
 
-    "psnr"/"ssim" score the restorations clamped to [0, 1], "input_*" the degraded images, both as
-    scored_view() shows them; None batches are skipped. `tiling` restores batches of one in tiles.
+    Scores restorations clamped to [0, 1] and degraded images as scored_view() shows them; skips None batches.
     """
     was_training = model.training
     model.eval()
@@ -84,11 +83,8 @@ def scored_view(images: torch.Tensor, crop_border: int = 0, y_channel: bool = Fa
 def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float | int]:
     """Means of evaluate()'s sums, "psnr_gain" (psnr - input_psnr, dB) and "samples"; all 0.0 when no samples."""
     count = int(sums["samples"])  # the one device read of the whole evaluation
-    report: dict[str, float | int] = {"samples": count}
-    for name in METRICS:
-        report[name] = float(sums[name]) / max(1, count)
-    report["psnr_gain"] = report["psnr"] - report["input_psnr"]
-    return report
+    means = {name: float(sums[name]) / max(1, count) for name in METRICS}
+    return {"samples": count, **means, "psnr_gain": means["psnr"] - means["input_psnr"]}
 
 
 @torch.no_grad()

@@ -1,8 +1,4 @@
-"""Pure tensor functions: no nn.Module, no state, no I/O.
-
-PSNR and SSIM compute in float32 (float64 stays float64) whatever the input: bf16 and fp16 lack the
-precision for a squared error near 1e-5.
-"""
+"""Pure tensor functions: no nn.Module, no state, no I/O."""
 
 import torch
 import torch.nn.functional as F
@@ -16,9 +12,8 @@ SSIM_K1, SSIM_K2 = 0.01, 0.03
 def _as_float_pair(pred: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Check that pred and target are (N, C, H, W) batches of one shape; return both in float32 (or float64)."""
     if pred.dim() != 4 or pred.shape != target.shape:
-        raise ValueError(
-            f"expected two (N, C, H, W) batches of one shape, got {list(pred.shape)}, {list(target.shape)}"
-        )
+        raise ValueError(f"need two (N, C, H, W) batches of one shape, got {list(pred.shape)}, {list(target.shape)}")
+    # bf16 and fp16 lack the precision for a squared error near 1e-5.
     dtype = torch.promote_types(torch.promote_types(pred.dtype, target.dtype), torch.float32)
     return pred.to(dtype), target.to(dtype)
 
