@@ -62,15 +62,10 @@ def degrade(clean: torch.Tensor, d: Degradation) -> torch.Tensor:
         size = list(clean.shape[-2:])
         small = resize(clean, [max(1, side // d.scale) for side in size], InterpolationMode.BICUBIC, antialias=True)
         degraded = resize(small, size, InterpolationMode.BICUBIC, antialias=True)  # may overshoot [0, 1] at edges
-    else:
-        degraded = jpeg(clean, d.jpeg_quality)
+    else:  # PIL's JPEG codec (4:2:0 chroma), in memory
+        pixels = (clean.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)  # (H, W, 3) uint8
+        buffer = io.BytesIO()
+        Image.fromarray(pixels.numpy()).save(buffer, "JPEG", quality=d.jpeg_quality)
+        with Image.open(buffer) as decoded:
+            degraded = pil_to_tensor(decoded.convert("RGB")).float() / 255  # (3, H, W), multiples of 1 / 255
     return degraded.clamp(0, 1)
-
-
-def jpeg(image: torch.Tensor, quality: int) -> torch.Tensor:
-    """`image` (3, H, W) in [0, 1] through PIL's JPEG codec (4:2:0) in memory: float, multiples of 1 / 255."""
-    pixels = (image.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)  # (H, W, 3) uint8
-    buffer = io.BytesIO()
-    Image.fromarray(pixels.numpy()).save(buffer, "JPEG", quality=quality)
-    with Image.open(buffer) as decoded:
-        return pil_to_tensor(decoded.convert("RGB")).float() / 255  # (3, H, W)
