@@ -1,10 +1,6 @@
-"""The dataset module: (degraded, clean) image pairs, both float32 (3, S, S) in [0, 1] (degradations.py degrades).
+"""The dataset module: (degraded, clean) float32 pairs in [0, 1] of the built-in shapes or of image files.
 
-Built-in synthetic shapes (without --data-dir; no download), or patches of every image file under
-DIR/train/ and DIR/val/, or under DIR with a share held out (any nesting; unreadable files skipped,
-images.py); test.py scores whole images (WholeImages). Every random draw (crop, flips, degradation)
-comes from torch's global generator: samplers.Seeded seeds it per training sample,
-samplers.fixed_seed per validation item, every epoch.
+Every random draw comes from torch's global generator, seeded per item (samplers.py).
 """
 
 from pathlib import Path
@@ -29,11 +25,7 @@ FLIPS = v2.Compose([v2.RandomHorizontalFlip(), v2.RandomVerticalFlip()])  # each
 
 
 def degraded_pair(clean: torch.Tensor, d: Degradation, train: bool, val_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(degraded, clean) from `clean` (3, S, S) in [0, 1].
-
-    Training flips it at random (FLIPS) and degrades it, every draw from the global generator;
-    validation degrades it unflipped, with that generator at `val_seed`.
-    """
+    """(degraded, clean) from `clean` (3, S, S): flipped at random in training; in validation unflipped, seeded."""
     if not train:
         with fixed_seed(val_seed):
             return degrade(clean, d), clean
@@ -47,14 +39,10 @@ def to_float(image: torch.Tensor) -> torch.Tensor:
 
 
 class DegradedShapes(Dataset):
-    """SyntheticShapes' images, clean, as (degraded, clean) items; degraded_pair() says how.
-
-    The clean images have no white noise (it could not be told from the noise to remove), a
-    background that brightens across the image (CLEAN_GRADIENT) and a striped shape
-    (CLEAN_STRIPES): slopes, edges and fine texture to restore. Item i depends only on (seed, i).
-    """
+    """SyntheticShapes' images as (degraded, clean) items; item i depends only on (seed, i)."""
 
     def __init__(self, size: int, img_size: int, seed: int, degradation: Degradation, train: bool) -> None:
+        # No white noise (it could not be told from the noise to remove): slopes, edges and stripes instead.
         self.shapes = SyntheticShapes(size, img_size, seed, noise=0.0, gradient=CLEAN_GRADIENT, stripes=CLEAN_STRIPES)
         self.seed, self.degradation, self.train = seed, degradation, train
 
@@ -62,7 +50,7 @@ class DegradedShapes(Dataset):
         return len(self.shapes)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        clean = self.shapes[index][0].float() / 255  # (3, S, S) in [0, 1]
+        clean = to_float(self.shapes[index][0])  # (3, S, S)
         return degraded_pair(clean, self.degradation, self.train, sample_seed(self.seed, 0, index))
 
 
@@ -78,11 +66,7 @@ def image_files(root: Path) -> list[str]:
 
 
 def held_out_images(data_dir: Path, fraction: float) -> list[str]:
-    """The images that validate (paths relative to `data_dir`); [] when DIR/train/ and DIR/val/ say which.
-
-    Of a `data_dir` without them, `fraction` of its images, chosen by samplers.hold_out on their relative
-    paths: at least one, never all; the same on every machine, and adding images moves no other.
-    """
+    """`fraction` of data_dir's images (relative paths, samplers.hold_out), to validate; [] if it has train/ or val/."""
     if (data_dir / "train").is_dir() or (data_dir / "val").is_dir():
         return []
     paths = [Path(path).relative_to(data_dir).as_posix() for path in image_files(data_dir)]
@@ -92,14 +76,10 @@ def held_out_images(data_dir: Path, fraction: float) -> list[str]:
 
 
 class ImagePatches(SkipsUnreadable, Dataset):
-    """Patches of the image files `paths` as (degraded, clean) items.
+    """Patches of the image files `paths` as (degraded, clean) items; smaller images are enlarged (bicubic) first.
 
-    An image whose shorter side is below `patch_size` is first enlarged (bicubic, aspect kept) to
-    it. Training has `patches_per_epoch` items however many files there are, item i a random patch
-    of file i % files (as BasicSR's enlarged sampler: a shuffled epoch visits every file alike),
-    flipped and degraded as degraded_pair() says. Validation has one item per file, its centre
-    patch, degraded the same way in every epoch and run. Unreadable files are skipped as
-    images.SkipsUnreadable says (substituted in training).
+    Training: `patches_per_epoch` items, item i a random patch of file i % files. Validation: each
+    file's centre patch. Unreadable files are skipped as images.SkipsUnreadable says.
     """
 
     def __init__(
@@ -139,11 +119,7 @@ class ImagePatches(SkipsUnreadable, Dataset):
 
 
 class WholeImages(ImagePatches):
-    """The image files `paths` whole, as (degraded, clean) items (3, H, W) of their own size: what benchmarks score.
-
-    ImagePatches' validation items without the crop (nor the enlargement of small images): item i
-    is file i degraded with the same seed every time, so the scores are reproducible.
-    """
+    """The image files `paths` whole, as (degraded, clean) items (3, H, W), degraded alike every time."""
 
     def __init__(self, paths: list[str], degradation: Degradation, strict: bool = False) -> None:
         super().__init__(paths, 1, degradation, train=False, strict=strict)
@@ -167,14 +143,10 @@ def build_split(
     train_size: int = 12_000,
     val_size: int = 2_000,
 ) -> Dataset:
-    """The training split (`train`) or the validation split, and only that one, of (degraded, clean) items.
+    """The training split (`train`) or the validation split of (degraded, clean) items, and only that one.
 
-    Without `data_dir`: DegradedShapes of `train_size` or `val_size` images of `patch_size` pixels
-    (distinct seeds per split, so no validation image is a training image). With it: ImagePatches
-    of `patch_size` pixels (`patches_per_epoch` of them in training) from data_dir/train or data_dir/val,
-    or, given the `held_out` images (held_out_images()), from those or the rest of data_dir (`strict`: an
-    unreadable file raises images.UnreadableImageError). UsageError on a missing or empty folder, or a
-    held-out image gone.
+    Without `data_dir`, DegradedShapes (a seed per split); with it, ImagePatches of data_dir/train or /val, or
+    of the `held_out` images or the rest. UsageError on a missing or empty folder, or a held-out image gone.
     """
     if data_dir is None:
         size, split_seed = (train_size, 2 * seed) if train else (val_size, 2 * seed + 1)

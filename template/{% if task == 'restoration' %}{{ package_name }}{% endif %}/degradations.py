@@ -1,10 +1,6 @@
 """Degradations: what turns a clean image into the one the restorer learns to repair.
 
-degrade() takes a clean image (3, H, W), float in [0, 1], and returns a degraded one of the same
-size and range. Its random numbers (the noise, mix's choice) come only from torch's global
-generator, so samplers.Seeded, which seeds that generator per sample, makes each training
-sample's degradation a function of its seed alone; samplers.fixed_seed() does the same for
-validation. blur, downscale and jpeg draw nothing.
+Only noise and mix draw random numbers, from torch's global generator (seeded per sample: samplers.py).
 """
 
 import io
@@ -25,19 +21,13 @@ MIXED = DEGRADATIONS[:4]  # what "mix" chooses from, one per image
 
 @dataclass(frozen=True)
 class Degradation:
-    """Which degradation (`kind`, one of DEGRADATIONS) and how strong each one is; "mix" picks one of the others.
-
-    noise_sigma: the standard deviation of the added Gaussian noise, on the [0, 1] scale.
-    blur_sigma: the standard deviation of the Gaussian blur, in pixels.
-    scale: downscale shrinks the image by this whole factor and enlarges it back (bicubic both ways).
-    jpeg_quality: the JPEG encoder's quality, 1 (worst) to 95.
-    """
+    """Which degradation (`kind`, one of DEGRADATIONS) and how strong each one is; "mix" picks one of the others."""
 
     kind: str = "noise"
-    noise_sigma: float = 0.1
-    blur_sigma: float = 1.5
-    scale: int = 2
-    jpeg_quality: int = 30
+    noise_sigma: float = 0.1  # std of the added Gaussian noise, on the [0, 1] scale
+    blur_sigma: float = 1.5  # std of the Gaussian blur, in pixels
+    scale: int = 2  # downscale shrinks by this whole factor and enlarges back (bicubic both ways)
+    jpeg_quality: int = 30  # the JPEG encoder's quality, 1 (worst) to 95
 
     def __post_init__(self) -> None:
         if self.kind not in DEGRADATIONS:
@@ -72,18 +62,10 @@ def degrade(clean: torch.Tensor, d: Degradation) -> torch.Tensor:
         size = list(clean.shape[-2:])
         small = resize(clean, [max(1, side // d.scale) for side in size], InterpolationMode.BICUBIC, antialias=True)
         degraded = resize(small, size, InterpolationMode.BICUBIC, antialias=True)  # may overshoot [0, 1] at edges
-    else:
-        degraded = jpeg(clean, d.jpeg_quality)
+    else:  # PIL's JPEG codec (4:2:0 chroma), in memory
+        pixels = (clean.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)  # (H, W, 3) uint8
+        buffer = io.BytesIO()
+        Image.fromarray(pixels.numpy()).save(buffer, "JPEG", quality=d.jpeg_quality)
+        with Image.open(buffer) as decoded:
+            degraded = pil_to_tensor(decoded.convert("RGB")).float() / 255  # (3, H, W), multiples of 1 / 255
     return degraded.clamp(0, 1)
-
-
-def jpeg(image: torch.Tensor, quality: int) -> torch.Tensor:
-    """`image` (3, H, W) in [0, 1] saved as a JPEG of `quality` and decoded: float, multiples of 1 / 255.
-
-    PIL's codec (libjpeg, 4:2:0 chroma subsampling), in memory: torchvision.io's is deprecated.
-    """
-    pixels = (image.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)  # (H, W, 3) uint8
-    buffer = io.BytesIO()
-    Image.fromarray(pixels.numpy()).save(buffer, "JPEG", quality=quality)
-    with Image.open(buffer) as decoded:
-        return pil_to_tensor(decoded.convert("RGB")).float() / 255  # (3, H, W)

@@ -13,8 +13,7 @@ from .harness.checkpoint import unwrap
 from .ops import psnr, ssim
 
 METRICS = ("loss", "psnr", "ssim", "input_psnr", "input_ssim")
-# ITU-R BT.601 luma of [0, 1] RGB, on the 16-235 scale of 255 as MATLAB's rgb2ycbcr gives it: the Y that
-# super-resolution papers report PSNR and SSIM on. Y = (16 + 65.481 R + 128.553 G + 24.966 B) / 255.
+# BT.601 luma on the 16-235 scale of 255, as MATLAB's rgb2ycbcr and super-resolution papers compute it.
 LUMA_WEIGHTS = (65.481 / 255, 128.553 / 255, 24.966 / 255)
 LUMA_OFFSET = 16 / 255
 SSIM_WINDOW = 11  # ops.ssim's window: the smallest side it can score
@@ -22,11 +21,7 @@ SSIM_WINDOW = 11  # ops.ssim's window: the smallest side it can score
 
 @dataclass(frozen=True)
 class Tiling:
-    """How restore() cuts images: tiles of `size` pixels, neighbours sharing at least `overlap`.
-
-    Tiles start at multiples of `multiple` (the U-Net's, 2 ** its downsamplings), so each tile sees
-    the image on the same grid as the whole would. UsageError unless size > 2 * overlap >= 0.
-    """
+    """How restore() cuts images: tiles of `size` pixels on the U-Net's grid (`multiple`), sharing `overlap` or more."""
 
     size: int = 256
     overlap: int = 32
@@ -49,13 +44,9 @@ def evaluate(
     crop_border: int = 0,
     y_channel: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Summed metrics of the model over `loader`'s (degraded, clean) batches, in eval mode (then restored).
+    """Sums of METRICS and "samples" over `loader`'s (degraded, clean) batches, in eval mode: float64 on `device`.
 
-    METRICS and "samples", 0-dim float64 on `device`: sums, so processes can add theirs before
-    summarize(). "loss" is model.loss times the batch size; "psnr"/"ssim" score the restorations
-    clamped to [0, 1], "input_*" the degraded images (what doing nothing scores). None batches are
-    skipped. `tiling` (batches of one, any size) restores in tiles as predict.py does; `crop_border`
-    and `y_channel` change what the image metrics see (scored_view()), never the loss.
+    Scores restorations clamped to [0, 1] and degraded images as scored_view() shows them; skips None batches.
     """
     was_training = model.training
     model.eval()
@@ -77,12 +68,7 @@ def evaluate(
 
 
 def scored_view(images: torch.Tensor, crop_border: int = 0, y_channel: bool = False) -> torch.Tensor:
-    """What PSNR and SSIM see of images (N, 3, H, W) in [0, 1]: as they are, or as benchmarks score them.
-
-    `crop_border` pixels are cut from each side (papers leave out the border, where a restorer
-    sees padding); `y_channel` keeps only the BT.601 luma (LUMA_WEIGHTS), (N, 1, H', W').
-    UsageError when fewer than SSIM_WINDOW pixels would be left along a side.
-    """
+    """Images (N, 3, H, W) less `crop_border` pixels per side, as BT.601 luma (N, 1, H', W') with `y_channel`."""
     height, width = images.shape[-2:]
     if min(height, width) - 2 * crop_border < SSIM_WINDOW:
         less = f" less a {crop_border}-pixel border" if crop_border else ""
@@ -97,11 +83,8 @@ def scored_view(images: torch.Tensor, crop_border: int = 0, y_channel: bool = Fa
 def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float | int]:
     """Means of evaluate()'s sums, "psnr_gain" (psnr - input_psnr, dB) and "samples"; all 0.0 when no samples."""
     count = int(sums["samples"])  # the one device read of the whole evaluation
-    report: dict[str, float | int] = {"samples": count}
-    for name in METRICS:
-        report[name] = float(sums[name]) / max(1, count)
-    report["psnr_gain"] = report["psnr"] - report["input_psnr"]
-    return report
+    means = {name: float(sums[name]) / max(1, count) for name in METRICS}
+    return {"samples": count, **means, "psnr_gain": means["psnr"] - means["input_psnr"]}
 
 
 @torch.no_grad()
@@ -148,13 +131,8 @@ def restore(
     """The model's restorations of degraded `images` (N, 3, H, W), float32, not clamped; call it in eval mode.
 
     Whole, on the images' device; or with `tiling`, one tile at a time on `device` (default: the
-    images'), the result on the CPU: the fewest tiles per side, evenly spread on the grid (_tiles()).
-
-    Overlaps are blended, not cropped: near a neighbour a tile's weight falls linearly towards its
-    edge, where the model saw padding instead of the image. Keeping only each tile's centre would
-    leave a hard seam for a model that reaches further than overlap / 2 pixels (a U-Net); the blend
-    never does. Where no tile saw padding within the model's reach, the result equals restoring the
-    whole image at once.
+    images'), the result on the CPU. Overlaps are blended, not cropped, so no seam shows: near a
+    neighbour a tile's weight falls linearly towards its edge, where the model saw padding.
     """
     autocast = autocast or contextlib.nullcontext()
     if tiling is None:
@@ -178,8 +156,7 @@ def restore(
 def _tiles(size: int, tiling: Tiling) -> list[tuple[int, int]]:
     """(start, length) of the fewest tiles along one side: starts on the grid, evenly spread, the last to the end.
 
-    The last tile may be one grid step longer than tiling.size (which the U-Net pads a tile to
-    anyway), sparing a tile that would start a grid step after its neighbour.
+    The last tile may be one grid step longer than tiling.size, sparing a tile a grid step after its neighbour.
     """
     tile, multiple = tiling.size, tiling.multiple
     stride = max(1, (tile - tiling.overlap) // multiple)  # in grid steps: the farthest apart two starts may be
@@ -193,10 +170,7 @@ def _tiles(size: int, tiling: Tiling) -> list[tuple[int, int]]:
 
 
 def _ramp(start: int, length: int, size: int, overlap: int) -> torch.Tensor:
-    """A tile's weight (length,) along one side: 1, falling to 1 / (2 overlap) over the pixels next to a neighbour.
-
-    Two tiles overlapping by exactly `overlap` pixels weigh 1 in all; no weight is 0, so no sum vanishes.
-    """
+    """A tile's weight (length,) along one side: 1, falling to 1 / (2 overlap) next to a neighbour; never 0."""
     weight = torch.ones(length)
     if overlap == 0:
         return weight

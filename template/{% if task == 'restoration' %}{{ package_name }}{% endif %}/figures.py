@@ -1,8 +1,4 @@
-"""Pictures of what the model does, for a person to look at: degraded | restored | clean, row by row.
-
-train.py logs strips() to TensorBoard once per epoch (not every step: writing images is slow and
-the event file grows with each); test.py saves it as a PNG file next to its report.
-"""
+"""Pictures of what the model does, for a person to look at: degraded | restored | clean, row by row."""
 
 from collections.abc import Sequence
 
@@ -33,13 +29,11 @@ def strips(
     clean: torch.Tensor,
     psnrs: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> torch.Tensor:
-    """One row per image, degraded | restored | clean, captioned below; an RGB uint8 image (3, H', W').
+    """One row per image (N, 3, H, W) in [0, 1], degraded | restored | clean, captioned: RGB uint8 (3, H', W').
 
-    Inputs are float images (N, 3, H, W) in [0, 1] (clamped); psnrs as for captions(). Panels
-    keep their pixels, enlarged with nearest neighbours by the smallest whole factor that brings
-    the longer side to MIN_SIDE. Panel k of row i
-    starts at x = GAP + k * (w + GAP), y = GAP + i * (h + CAPTION + GAP), for the enlarged h, w;
-    the caption line starts at y + h. The picture is widened when a caption needs more room.
+    Panels are enlarged (nearest) by the least whole factor that brings the longer side to MIN_SIDE;
+    panel k of row i starts at x = GAP + k * (w + GAP), y = GAP + i * (h + CAPTION + GAP), its caption
+    at y + h. A long caption widens the picture.
     """
     factor = max(1, -(-MIN_SIDE // max(degraded.shape[-2:])))  # ceiling division
     panels = torch.stack([degraded, restored, clean], dim=1).flatten(0, 1).detach().float().cpu()  # (3N, 3, H, W)

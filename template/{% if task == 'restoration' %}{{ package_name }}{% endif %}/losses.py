@@ -19,8 +19,7 @@ IMAGENET_STD = [0.229, 0.224, 0.225]
 class CharbonnierLoss(nn.Module):
     """Charbonnier loss, a smooth L1: mean of sqrt((pred - target) ** 2 + eps ** 2), a float32 0-dim tensor.
 
-    Near zero error it is quadratic, so its gradient shrinks to 0 where pred == target (plain L1's
-    jumps there); for errors much larger than eps it is L1. Any shape.
+    Its gradient is 0 where pred == target (L1's jumps there); for errors much larger than eps it is L1.
     """
 
     def __init__(self, eps: float = 1e-3) -> None:
@@ -36,13 +35,8 @@ class CharbonnierLoss(nn.Module):
 class VGGPerceptualLoss(nn.Module):
     """Perceptual loss: sum_i layer_weights[i] * mean |f_i(pred) - f_i(target)| over VGG feature maps f_i.
 
-    pred and target are images (N, 3, H, W) in [0, 1], normalised with the ImageNet mean and std
-    before `features`; the result is a float32 0-dim tensor (default weights all 1). The target's
-    features are computed without grad; gradients flow to pred through the frozen VGG.
-
-    The VGG is a registered submodule, so .to(), DataParallel's replicas and DDP carry it, but it
-    is left out of state_dict() (a checkpoint of a model holding this loss has no VGG tensors, and
-    loads without them) and, requiring no grad, out of every optimizer.
+    Images (N, 3, H, W) in [0, 1], ImageNet-normalised here; a float32 0-dim tensor. The frozen VGG is a
+    submodule (.to() and DDP carry it) left out of state_dict() and, needing no grad, out of optimizers.
     """
 
     def __init__(self, features: VGGFeatures, layer_weights: Sequence[float] | None = None) -> None:

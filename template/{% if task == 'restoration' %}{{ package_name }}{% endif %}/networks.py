@@ -11,19 +11,11 @@ from .layers import ConvBlock, Down, ResBlock, Up
 class UNet(nn.Module):
     """A U-Net: stem, one Down per further width, Ups back with skip connections, 1x1 output conv.
 
-    Input (N, in_channels, H, W) with H and W multiples of `UNet.multiple`, 2 ** (len(widths) - 1)
-    (every Down halves the size and every Up must meet its skip exactly); output (N, out_channels,
-    H, W). The output convolution starts at zero, so the untrained network outputs exactly 0: the
-    model adds the output to its input, so a restoration starts as the identity.
+    (N, in_channels, H, W) -> (N, out_channels, H, W), H and W multiples of `multiple`, 2 ** (len(widths) - 1).
+    The output convolution starts at zero: the untrained network outputs exactly 0.
     """
 
-    def __init__(
-        self,
-        in_channels: int = 3,
-        out_channels: int = 3,
-        widths: tuple[int, ...] = (16, 32, 64),
-        blocks_per_stage: int = 1,
-    ) -> None:
+    def __init__(self, in_channels: int, out_channels: int, widths: tuple[int, ...], blocks_per_stage: int = 1) -> None:
         super().__init__()
         if not widths:
             raise UsageError("UNet needs at least one width")
@@ -56,14 +48,11 @@ class UNet(nn.Module):
 
 
 class VGGFeatures(nn.Module):
-    """A frozen VGG16 with several outputs: the activations at chosen ReLUs, for perceptual losses.
+    """A frozen VGG16 with several outputs, for perceptual losses: the activations at relu1_2 ... relu4_3.
 
-    torchvision's VGG16 features (its convolutional part, without the 120M-parameter classifier)
-    cut into consecutive nn.Sequential slices: slice i is features[ends[i - 1]:ends[i]], `ends`
-    rising; the default ends follow relu1_2, relu2_2, relu3_3 and relu4_3. `state` is
-    torchvision's VGG16 state_dict (ImageNet weights); without it the weights are random. Input
-    (N, 3, H, W), normalised as the weights expect; forward returns a list with each slice's
-    output. A fixed measuring instrument: no parameter requires grad, and train() keeps it in eval mode.
+    torchvision's VGG16 features cut into nn.Sequential slices, slice i features[ends[i - 1]:ends[i]];
+    `state` is torchvision's VGG16 state_dict (else random weights). No parameter requires grad, and
+    train() keeps it in eval mode.
     """
 
     def __init__(self, state: dict[str, torch.Tensor] | None = None, ends: tuple[int, ...] = (4, 9, 16, 23)) -> None:

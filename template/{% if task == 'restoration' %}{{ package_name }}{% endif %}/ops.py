@@ -1,9 +1,4 @@
-"""Pure tensor functions: no nn.Module, no state, no I/O.
-
-PSNR and SSIM take images in [0, max_value], shape (N, C, H, W), and return one value per image,
-shape (N,). They compute in float32 whatever the input dtype (float64 stays float64): bf16 and
-fp16 lack the precision for a squared error near 1e-5.
-"""
+"""Pure tensor functions: no nn.Module, no state, no I/O."""
 
 import torch
 import torch.nn.functional as F
@@ -17,9 +12,8 @@ SSIM_K1, SSIM_K2 = 0.01, 0.03
 def _as_float_pair(pred: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Check that pred and target are (N, C, H, W) batches of one shape; return both in float32 (or float64)."""
     if pred.dim() != 4 or pred.shape != target.shape:
-        raise ValueError(
-            f"expected two (N, C, H, W) batches of one shape, got {list(pred.shape)}, {list(target.shape)}"
-        )
+        raise ValueError(f"need two (N, C, H, W) batches of one shape, got {list(pred.shape)}, {list(target.shape)}")
+    # bf16 and fp16 lack the precision for a squared error near 1e-5.
     dtype = torch.promote_types(torch.promote_types(pred.dtype, target.dtype), torch.float32)
     return pred.to(dtype), target.to(dtype)
 
@@ -45,11 +39,8 @@ def ssim(
 ) -> torch.Tensor:
     """Structural similarity of each image (Wang et al., 2004): (N, C, H, W) twice -> (N,); 1 means identical.
 
-    Means, variances and the covariance are Gaussian-weighted (std sigma) over window x window
-    patches, per channel, over the 'valid' region only (no made-up border pixels). The SSIM map
-        ((2 mu_x mu_y + C1) (2 cov_xy + C2)) / ((mu_x^2 + mu_y^2 + C1) (var_x + var_y + C2)),
-    C1 = (0.01 max_value)^2, C2 = (0.03 max_value)^2, is averaged over channels and pixels.
-    ValueError unless both are 4-D of one shape with H and W >= window.
+    Gaussian-weighted statistics (std sigma) over window x window patches of the 'valid' region, per
+    channel. ValueError unless both are 4-D of one shape with H and W >= window.
     """
     pred, target = _as_float_pair(pred, target)
     n, channels, height, width = pred.shape
