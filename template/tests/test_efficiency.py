@@ -2,7 +2,6 @@
 
 import contextlib
 import gc
-import json
 import sys
 import time
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, run_one_epoch
+from conftest import ROOT, records, run_one_epoch
 
 STEPS, LOG_INTERVAL = 18, 6  # three log lines, three efficiencies to check
 DATA_DELAY = 0.04  # seconds of sleep per batch, in the loader: a slow disk
@@ -64,8 +63,7 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
     session.logger.close()
 
     assert len(starts) == len(ends) == STEPS
-    records = [json.loads(line) for line in (session.run_dir / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in records if r["split"] == "train"]
+    train = records(session.run_dir, "train")
     assert len(train) == STEPS // LOG_INTERVAL
     for k, record in enumerate(train):
         steps = slice(k * LOG_INTERVAL, (k + 1) * LOG_INTERVAL)
