@@ -1,9 +1,6 @@
-"""train.py's own loop on CUDA, then test.py on its checkpoint; the CPU twin runs the same calls.
+"""train.py on CUDA (the loader thread, pinned memory, fp16, channels_last, torch.compile), then test.py.
 
-On CUDA the loop takes paths that only a GPU takes: the BackgroundGenerator thread (on by default
-there), pinned memory with non-blocking copies, the device sync of each log step, fp16 loss scaling,
-channels_last and torch.compile, and a larger model with a moving average of its weights. The CUDA
-cases skip without CUDA; the CPU cases run everywhere, with --prefetch-depth 2 for the loader thread.
+The CUDA cases skip without CUDA; their CPU twins run everywhere, with --prefetch-depth 2 for the loader thread.
 """
 
 import threading
@@ -22,8 +19,6 @@ CASES = {
     "compile": ["--channels-last", "--compile"],
     "large-ema": [*LARGE_MODEL, "--channels-last", "--amp", "bf16", "--ema-decay", "0.9"],
 }
-# The CPU twin leaves out fp16, which needs a GPU, and torch.compile, whose Inductor build takes
-# half a minute on a CPU.
 CPU_CASES = ("fp32", "bf16", "channels-last")
 PARAMS = [pytest.param("cuda", name, marks=CUDA, id=f"cuda-{name}") for name in CASES]
 PARAMS += [pytest.param("cpu", name, id=f"cpu-{name}") for name in CPU_CASES]
@@ -51,8 +46,7 @@ def test_train_py_then_test_py(train_script, test_script, tiny_args, device, cas
     assert train_script.main(argv) == 0
     [(session, before)] = built
     assert session.train_loader.pin_memory == (device == "cuda")
-    # One loader thread from the first step (it ends once it has loaded the last batch ahead): the
-    # default on a GPU with --num-workers 0, asked for on the CPU; 96 images / 16 per batch.
+    # One loader thread from the first step (the default on a GPU, asked for on the CPU); 96 images / 16 per batch.
     assert len(threads) == 6 and threads[0] == max(threads) == 1, threads
     assert all(p.device.type == device for p in session.model.parameters())
     changed = [not torch.equal(b, p) for b, p in zip(before, session.model.parameters(), strict=True)]

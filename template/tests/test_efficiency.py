@@ -1,12 +1,7 @@
-"""The training loop's own costs: the efficiency it reports is true, it reads the device only to log, and no
-autograd graph outlives its step.
-
-Run: pytest tests/test_efficiency.py
-"""
+"""The training loop's own costs: its reported efficiency is true, it reads the device only to log, keeps no graph."""
 
 import contextlib
 import gc
-import json
 import sys
 import time
 from pathlib import Path
@@ -14,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, run_one_epoch
+from conftest import ROOT, records, run_one_epoch
 
 STEPS, LOG_INTERVAL = 18, 6  # three log lines, three efficiencies to check
 DATA_DELAY = 0.04  # seconds of sleep per batch, in the loader: a slow disk
@@ -23,12 +18,8 @@ COMPUTE_DELAY = 0.02  # seconds of sleep per step, in forward: a bigger model
 
 @pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
 def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_args, monkeypatch, prefetch):
-    """Each log line's efficiency is at least compute / wall time, both timed here with hooks, and its data time
-    holds every wait for a batch, timed here around the loop's next(): bounds a busy machine cannot break.
-
-    Compute runs from the model's forward pre-hook to the optimizer's step post-hook. A window
-    runs from the end of the previous log line (or the call) to the end of its last step.
-    """
+    """Each log line's efficiency is at least compute (forward pre-hook to step post-hook) / wall time, and its data
+    time holds every wait for a batch: bounds that a busy machine cannot break."""
     flags = [*tiny_args, "--shapes-train-size", str(16 * STEPS), "--log-interval", str(LOG_INTERVAL)]
     args = train_script.get_args_parser().parse_args([*flags, "--prefetch-depth", "2" if prefetch else "0"])
     session, state = train_script.setup(args)
@@ -72,8 +63,7 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
     session.logger.close()
 
     assert len(starts) == len(ends) == STEPS
-    records = [json.loads(line) for line in (session.run_dir / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in records if r["split"] == "train"]
+    train = records(session.run_dir, "train")
     assert len(train) == STEPS // LOG_INTERVAL
     for k, record in enumerate(train):
         steps = slice(k * LOG_INTERVAL, (k + 1) * LOG_INTERVAL)
@@ -81,13 +71,8 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
         measured = compute / (ends[steps][-1] - logged[k])
         reported = record["compute_efficiency"]
         message = f"window {k}: reported {reported:.3f}, measured {measured:.3f}"
-        # The loop's compute spans hold the hooks' and its data spans lie inside the window, so its
-        # figure can only come out higher: a lower one means compute time went missing.
-        assert reported >= measured - 0.01, message
-        # How much higher depends on the machine's load (preemption between the hooks and the
-        # loop's clocks: 0.32 seen with two suites on two cores). What would make it higher by
-        # mistake, a wait for data counted as compute, shows in the data time instead: each wait
-        # lies inside the loop's data span of that batch, so the sum can only come out higher.
+        assert reported >= measured - 0.01, message  # the loop's compute spans hold the hooks'
+        # A wait for data counted as compute would show here: each wait lies inside the loop's data span.
         waited = sum(waits[steps])
         assert record["data_ms"] * LOG_INTERVAL / 1000 >= waited - 1e-4, f"window {k}: data waits {waited:.3f} s"
     if not prefetch:  # every batch was waited for in full: the data time holds at least the sleep
@@ -98,8 +83,7 @@ INPUT_PIPELINE = ("data.py", "loaders.py", "samplers.py", "shapes.py", "transfor
 
 
 class HostReads(torch.overrides.TorchFunctionMode):
-    """Records each line of the project's code outside INPUT_PIPELINE that reads a tensor's value on the host
-    (on a GPU each such read waits for the device to finish its queue)."""
+    """Records each line of the project's code outside INPUT_PIPELINE that reads a tensor's value on the host."""
 
     NAMES = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__format__")
     READS = frozenset(getattr(torch.Tensor, name) for name in NAMES)
@@ -133,12 +117,7 @@ def autograd_graph_size() -> int:
 
 
 def test_the_loop_reads_the_device_only_to_log_and_keeps_no_graph(train_script, tiny_args):
-    """12 steps, a log line every 4: three host reads, all at the one line that fetches a window's losses.
-
-    A value kept across steps with its graph (a running loss summed as a tensor, `total += loss`)
-    keeps every step's graph alive, and memory grows with each step. A forward hook measures the
-    live graph at each step; it fires on every step unless the loop calls model.forward() itself.
-    """
+    """12 steps, a log line every 4: three host reads, all at one line; the live autograd graph does not grow."""
     args = train_script.get_args_parser().parse_args([*tiny_args, "--shapes-train-size", "192", "--log-interval", "4"])
     session, state = train_script.setup(args)
     sizes = []

@@ -1,8 +1,4 @@
-"""train.py's training techniques, each checked by what it does rather than by the exit code alone.
-
-Each is reached through train.py's flags (the `train_script` fixture), so no package or model name
-appears here; the harness's parts (optim.py's groups, schedules, EMA) have their own tests.
-"""
+"""train.py's training techniques, reached through its flags, each checked by what it does."""
 
 import json
 import math
@@ -38,10 +34,7 @@ def changed(model: nn.Module, initial: dict[str, torch.Tensor]) -> set[str]:
 
 
 def train(train_script, argv: list[str], prepare=None):
-    """setup() and fit() as main() runs them, with prepare(session) in between; returns (session, initial weights).
-
-    The run's logged losses are finite.
-    """
+    """setup() and fit() as main() runs them, prepare(session) in between; (session, initial weights); finite losses."""
     args = train_script.get_args_parser().parse_args(argv)
     session, state = train_script.setup(args)
     initial = {name: param.detach().clone() for name, param in session.model.named_parameters()}
@@ -74,9 +67,8 @@ def record_rates(used: list[float]):
 def test_accumulated_micro_batches_equal_one_big_batch(
     train_script, tiny_args, tmp_path, monkeypatch, train_size, accum_steps, steps
 ):
-    """Micro-batches of 8 accumulate the gradient of a batch of 16, step for step: the same losses and weights (no
-    batch norm, whose statistics depend on the batch size, and no flips). 16 images with --accum-steps 4 make one
-    group of only 2 micro-batches: it is averaged over its own size (2), not over --accum-steps."""
+    """Micro-batches of 8 give a batch of 16's losses and weights (without batch norm); a short last group (2 of
+    --accum-steps 4) is averaged over its own size."""
     build_model = train_script.task.build_model
 
     def build_model_without_batch_norm(*args, **kwargs):
@@ -104,9 +96,8 @@ def test_accumulated_micro_batches_equal_one_big_batch(
 
 
 def test_bf16_channels_last_and_mixup_feed_smoothed_soft_targets_to_the_loss(train_script, tiny_args):
-    """Training and validation forwards run under bf16 autocast on channels-last inputs; the weights stay float32,
-    the convolutions' in channels-last layout. Mixed targets (N, C), each row summing to 1, reach the loss, which
-    smooths them: every class gets eps / C."""
+    """Forwards run in bf16 on channels-last inputs, float32 weights in channels-last layout; mixed targets (N, C)
+    reach the loss, which smooths them."""
     plain, _ = build(train_script, tiny_args)
     assert not any(p.is_contiguous(memory_format=torch.channels_last) for p in plain.parameters() if p.ndim == 4)
     seen, dims = [], []  # (logits dtype, input in channels last) of each forward; the targets' dims of each loss
@@ -135,8 +126,7 @@ def test_bf16_channels_last_and_mixup_feed_smoothed_soft_targets_to_the_loss(tra
 
 @pytest.mark.filterwarnings("error:Detected call of")  # lr_scheduler.step() before optimizer.step()
 def test_the_learning_rate_steps_with_each_optimizer_step_and_is_logged_as_used(train_script, tiny_args):
-    """64 images in batches of 16, 2 epochs: 8 optimizer steps, a warm-up epoch (4 steps), a cosine epoch. The
-    schedules' formulas are test_optim.py's; here train.py counts the steps of an epoch and steps once per step."""
+    """8 optimizer steps: a warm-up epoch, then a cosine one; each step's own rate is logged."""
     used = []
     flags = ["--scheduler", "cosine", "--warmup-epochs", "1", "--lr", "0.1", "--epochs", "2", "--log-interval", "1"]
     session, _ = train(train_script, [*tiny_args, *flags, "--shapes-train-size", "64"], record_rates(used))
@@ -160,9 +150,8 @@ def test_the_learning_rate_steps_with_each_optimizer_step_and_is_logged_as_used(
 def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
     train_script, tiny_args, monkeypatch, capsys, flags, rates, best
 ):
-    """The trained weights' validation accuracy never improves; with --ema-decay their average's does (from 0.02 to
-    0.18, below the weights' 0.5), and the plateau, --patience and best.pt follow the average: the rate stays, the
-    run goes on, best.pt is the last epoch's."""
+    """The weights' accuracy stalls; with --ema-decay the average's rises (0.02 to 0.18, below 0.5), and the
+    plateau, --patience and best.pt follow the average."""
     calls = []
 
     def validate(s, args, model):
@@ -229,8 +218,7 @@ def test_the_loss_flags_reach_the_models_loss(train_script, tiny_args, flags, ex
 def test_backbone_lr_scale_the_logged_peak_rate_and_the_optimizers_usual_weight_decay(
     train_script, tiny_args, optimizer, decay
 ):
-    """AdamW's decoupled decay and SGD's L2 penalty differ in scale: torchvision's defaults, saved with the run.
-    Biases and norms get none, the backbone its scaled rate (optim.param_groups: test_optim.py)."""
+    """torchvision's weight decay for each optimizer, saved with the run; the backbone trains at its scaled rate."""
     flags = ["--optimizer", optimizer, "--lr", "0.1", "--backbone-lr-scale", "0.25", "--scheduler", "none"]
     session, _ = train(train_script, [*tiny_args, *flags, "--warmup-epochs", "0", "--max-steps-per-epoch", "1"])
     rates = {id(param): group["lr"] for group in session.optimizer.param_groups for param in group["params"]}
@@ -265,8 +253,7 @@ def backend_flags(monkeypatch):
 
 
 def test_seeds_and_deterministic_mode(train_script, tiny_args, tmp_path, backend_flags):
-    """The same seed gives the same losses, another seed others; --deterministic sets the global flags, and a
-    run without it leaves them as a fresh process has them."""
+    """The same seed gives the same losses, another seed others; --deterministic sets the global flags, else not."""
     losses = {}
     for name, seed, extra in (("c", 2, ["--deterministic"]), ("a", 1, []), ("b", 1, [])):
         argv = [*tiny_args, "--seed", str(seed), "--max-steps-per-epoch", "3", "--log-interval", "1", *extra]
@@ -282,9 +269,7 @@ def test_seeds_and_deterministic_mode(train_script, tiny_args, tmp_path, backend
 
 
 def test_compile_trains_and_saves_bare_keys(train_script, tiny_args, monkeypatch):
-    """--compile: Dynamo captures the model's call with its loss, training goes through the compiled wrapper, and
-    the checkpoints hold the bare model's keys. Lowered by AOTAutograd without Inductor's C++ build, which takes
-    about 40 s on a fresh 2-core machine (test_cuda.py compiles with Inductor on a GPU)."""
+    """--compile trains through the compiled wrapper and saves the bare model's keys (aot_eager: no C++ build)."""
     calls, real_compile = [], torch.compile
     spy = lambda model, **kwargs: calls.append(model) or real_compile(model, **kwargs, backend="aot_eager")  # noqa: E731
     monkeypatch.setattr(torch, "compile", spy)
@@ -321,8 +306,7 @@ def test_loader_workers_are_gone_after_a_run_whose_progress_bar_carries_the_numb
 
 
 def test_log_interval_counts_optimizer_steps_in_log_lines_metrics_and_tensorboard(train_script, tiny_args, capsys):
-    # 80 images, micro-batches of 8, 2 per step: 5 optimizer steps per epoch. Every 2nd optimizer step
-    # is logged, counted over the run, and each epoch's last: 2, 4, 5, then 6, 8, 10.
+    """5 optimizer steps of 2 micro-batches an epoch: every 2nd step (counted over the run) and an epoch's last."""
     flags = ["--shapes-train-size", "80", "--batch-size", "8", "--accum-steps", "2", "--log-interval", "2"]
     argv = [*tiny_args, *flags, "--epochs", "2", "--progress", "auto"]  # auto: log lines without a terminal
     assert train_script.main(argv) == 0

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.amp import GradScaler
 from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
 
 from . import UsageError
 
@@ -57,10 +58,8 @@ def training_state(
 ) -> dict[str, Any]:
     """Everything a resumed run needs, as tensors and plain Python (loadable with weights_only=True).
 
-    `session`: train.py's Session, or anything with its model, optimizer, scheduler, scaler, ema (an
-    optim.EMA or None: the scripts use its weights by default), classes, held_out (the validation
-    images, where the run chose them: test.py evaluates those) and prep (the task's Preprocessing).
-    `rng`: each process's rng_state() in rank order, by default this process's.
+    `session`: train.py's Session (or anything with its fields); `rng`: each process's rng_state() in rank
+    order, by default this process's.
     """
     model, ema = unwrap(session.model), session.ema  # no wrapper prefixes in the keys
     return {
@@ -82,9 +81,9 @@ def training_state(
 
 
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """write(tmp), then move tmp onto `path`: every file the project writes whole is replaced whole or not at all.
+    """write(tmp), then move tmp onto `path`: the file is replaced whole or not at all.
 
-    A failed write (OSError, or the RuntimeError of torch.save on a full disk) removes tmp and raises OutputError.
+    A failed write (OSError, or torch.save's RuntimeError on a full disk) removes tmp and raises OutputError.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -104,7 +103,7 @@ def save(state: dict[str, Any], path: Path) -> None:
 def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, keep_epochs: int = 0) -> None:
     """Write best.pt when `best`, epoch-<epoch>.pt when keep_epochs > 0 (the newest keep_epochs kept), then last.pt.
 
-    last.pt comes last: after a failed write it is still the previous epoch's, and --resume trains the epoch again.
+    last.pt comes last: after a failed write it is still the previous epoch's.
     """
     paths = [run_dir / name for name in ["best.pt"] * best + [f"epoch-{epoch}.pt"] * (keep_epochs > 0) + ["last.pt"]]
     save(state, paths[0])
@@ -116,7 +115,7 @@ def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, ke
 
 
 def epoch_checkpoints(run_dir: Path) -> list[Path]:
-    """The epoch-<N>.pt files of a run, oldest first: only the names save_run writes (epoch-3-backup.pt is not)."""
+    """The epoch-<N>.pt files of a run, oldest first (epoch-3-backup.pt is not one)."""
     numbered = [(int(m[1]), p) for p in run_dir.iterdir() if (m := re.fullmatch(r"epoch-(\d+)\.pt", p.name))]
     return [path for _, path in sorted(numbered)]
 
@@ -162,8 +161,7 @@ def restore(
     """Load a checkpoint into freshly built objects (`ema`: an optim.EMA or None) and return its counters.
 
     UsageError if it holds another model or config. Restores process `rank`'s random-number state too (call
-    it last); a process the saved run did not have keeps the streams it was seeded with (train.py refuses
-    another world size: runs.check_same_processes).
+    it last); a process the saved run did not have keeps the streams it was seeded with.
     """
     model = unwrap(model)
     if state["model_name"] != type(model).__name__:
@@ -179,12 +177,9 @@ def restore(
         ema.n_averaged.fill_(state["ema_updates"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):  # a new --epochs changes the curve: the next step
-        # trains at the rebuilt curve's rate, not at the rate the saved one had set.
-        for group, base_lr, factor in zip(
-            optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True
-        ):
-            group["lr"] = base_lr * factor(scheduler.last_epoch)
+    if isinstance(scheduler, LambdaLR):  # the rebuilt curve's rate (a new --epochs changes it), not the saved one
+        for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+            group["lr"] = base * factor(scheduler.last_epoch)
     if state["scaler"]:  # empty when saved without --amp fp16: a newly enabled scaler starts afresh
         scaler.load_state_dict(state["scaler"])
     states = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]  # a dict: before ranks had their own

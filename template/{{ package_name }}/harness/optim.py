@@ -17,9 +17,8 @@ def param_groups(
 ) -> list[dict]:
     """Split trainable parameters (frozen ones are in no group) by (backbone or head) x (decayed or not).
 
-    Parameters with fewer than 2 dimensions (biases, norm weights) get no weight decay: shrinking them
-    only hurts. `backbone` (or None) trains at lr * backbone_lr_scale; head groups come first, so group 0
-    runs at `lr` itself.
+    Biases and norm weights (ndim < 2) get no weight decay; `backbone` (or None) trains at lr * backbone_lr_scale.
+    Head groups come first, so group 0 runs at `lr` itself.
     """
     backbone_ids = {id(p) for p in backbone.parameters()} if backbone is not None else set()
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}  # (in the backbone, decayed): parameters
@@ -58,12 +57,10 @@ def build_scheduler(
 ) -> LRScheduler | ReduceLROnPlateau:
     """The schedule for --scheduler.
 
-    none, step and cosine are stepped after each optimizer step, with a linear warm-up over warmup_epochs
-    (half an epoch if None); plateau once per epoch with the validation score: gamma after `patience` epochs
-    without progress, by default 5, or two less than an `early_stop` patience (--patience), so that the
-    rate drops once before the run stops (ReduceLROnPlateau drops after patience + 1 such epochs).
-    One LambdaLR, not torch's LinearLR, CosineAnnealingLR and StepLR in a SequentialLR:
-    those save their curve's length, so a run resumed with a new --epochs would keep the old curve.
+    none, step and cosine: stepped after each optimizer step, with a linear warm-up over warmup_epochs (half an
+    epoch if None). plateau: stepped once per epoch with the validation score; `patience` defaults to 5, or to
+    two less than an `early_stop` --patience, so that the rate drops once before the run stops.
+    One LambdaLR (not a SequentialLR, which saves its curve's length): a resumed run may change --epochs.
     """
     if name == "plateau":
         if warmup_epochs:
@@ -88,11 +85,10 @@ def build_scheduler(
 
 
 class EMA(AveragedModel):
-    """Exponential moving average of a model's weights: torch's AveragedModel with its EMA rule, as in torchvision.
+    """Exponential moving average of a model's parameters and buffers: torch's AveragedModel with its EMA rule.
 
-    update() after every `every`-th optimizer step sets ema = decay * ema + (1 - decay) * weights for
-    every parameter and buffer; the first copies the weights (never the random init). `module` is the
-    average (eval mode, no gradients), `n_averaged` the number of updates (each waits for the device).
+    update() on every `every`-th step: ema = decay * ema + (1 - decay) * weights; the first copies the weights.
+    `module` is the average (eval mode, no gradients), `n_averaged` the number of updates.
     """
 
     def __init__(self, model: nn.Module, decay: float, every: int = 1) -> None:

@@ -19,9 +19,8 @@ def find_run(
 ) -> tuple[Path, Path | None]:
     """Return the run directory and the checkpoint to resume from (None for a fresh run); nothing is created.
 
-    A resumed run writes into its checkpoint's directory: an --output-dir or --run-name given with
-    --resume (in `explicit`, the flags on the command line) must name it. A fresh run never starts in
-    a directory holding a checkpoint, nor in an existing one of a given --run-name but with --auto-resume.
+    UsageError for a bad --output-dir or --run-name, an --output-dir or --run-name in `explicit` (given) that is
+    not the resumed checkpoint's directory, or a fresh run in a directory that holds a run.
     """
     existing = next(folder for folder in (output_dir, *output_dir.parents) if folder.exists())  # the nearest
     if not existing.is_dir():
@@ -105,8 +104,8 @@ def readable_instead(last: Path) -> str:
 def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:
     """Create a fresh run's directory, exclusively, so that no two runs ever share one; return it.
 
-    unique (a default name): if another run took it first, take <name>-2, <name>-3, ... instead.
-    exist_ok (--auto-resume before a first checkpoint): it is this run's. Otherwise UsageError.
+    `unique` (a default name): if another run took it, take <name>-2, <name>-3, ...; else UsageError unless
+    `exist_ok` (--auto-resume before a first checkpoint).
     """
     candidate, attempt = run_dir, 1
     while True:
@@ -148,11 +147,7 @@ def check_same_processes(state: dict[str, Any], world_size: int) -> None:
 
 
 def check_same_data(views: list[tuple[list[str], int, int]]) -> None:
-    """UsageError unless every process's (classes, training items, validation items) in `views` are rank 0's.
-
-    A machine's own copy of the data may be incomplete: its labels would index other classes, and a shorter
-    shard leaves the others waiting in a collective that never comes.
-    """
+    """UsageError unless every process's (classes, training items, validation items) in `views` are rank 0's."""
     first = views[0]
     for rank, (classes, train, val) in enumerate(views):
         if (classes, train, val) != tuple(first):

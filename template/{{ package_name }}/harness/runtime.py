@@ -49,8 +49,7 @@ def seed_everything(seed: int) -> None:
 
 def configure_backends(deterministic: bool) -> None:
     """Deterministic kernels when asked; otherwise let cuDNN pick the fastest for fixed shapes."""
-    if deterministic:
-        # cuBLAS needs a fixed workspace for reproducible matmuls on CUDA >= 10.2.
+    if deterministic:  # cuBLAS needs a fixed workspace for reproducible matmuls
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.benchmark = not deterministic
@@ -58,7 +57,7 @@ def configure_backends(deterministic: bool) -> None:
 
 
 def autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
-    """torch.autocast for --amp bf16|fp16, a no-op context for --amp none."""
+    """torch.autocast for --amp bf16|fp16, a no-op context for --amp none; UsageError for fp16 on the CPU."""
     if amp == "none":
         return contextlib.nullcontext()
     if amp == "fp16" and device.type == "cpu":
@@ -81,13 +80,10 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 
 class StopSignal:
-    """Record SIGINT and SIGTERM instead of dying mid-step, so that training can save and exit cleanly.
+    """Record SIGINT and SIGTERM around the training loop instead of dying mid-step, so that it saves and exits.
 
-    A context manager around the training loop. poll() (every process, once per optimizer step) says whether to
-    stop after this step; poll(wait=True) waits for every process's answer (end of an epoch). `signal` is then
-    the signal to stop for. `vote` (distributed.StopVote) shares each process's request with the others.
-    A scheduler's SIGTERM often arrives twice (SLURM signals every process and torchrun forwards it again), and
-    so does Ctrl-C under torchrun: repeats never cut the save short. Only a second Ctrl-C, pressed at least
+    poll() says whether to stop after this step; `vote` (distributed.StopVote) shares each process's request.
+    Repeats (SLURM and torchrun both deliver SIGTERM) never cut the save short: only a second Ctrl-C, at least
     ESCALATE_AFTER seconds after the first signal, raises KeyboardInterrupt at once.
     """
 
@@ -123,10 +119,7 @@ class StopSignal:
 
 
 def print_once(message: str, file: TextIO | None = None) -> None:
-    """print() a line; under torchrun (which sets LOCAL_RANK) from the first process of each machine only.
-
-    For what every process finds alike (a bad flag, missing data, a finished run): each would print it.
-    """
+    """print() a line; under torchrun (which sets LOCAL_RANK) from the first process of each machine only."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
         print(message, file=file or sys.stdout)
 
@@ -156,25 +149,20 @@ class ArgumentParser(argparse.ArgumentParser):
         meaning: Callable[[str, Any, argparse.Namespace], Any] = lambda name, value, args: value,
         moves: Collection[str] = (),
     ) -> None:
-        """Give `args` (this invocation's) the flags of the run it resumes, `saved` (its args as JSON), in place.
+        """Give `args` the flags of the run it resumes, `saved` (its args as JSON), in place.
 
-        Flags in `ignore` keep this invocation's value, and those in `may_change` the saved one unless `given`.
-        Any other flag takes the saved value, and raises UsageError when given with one that means something
-        else: both parsed alike (types, nargs, paths resolved), then through `meaning(name, value, args)`.
-        A flag in `moves` (where the data lies) keeps another given path where the run had one too.
+        Flags in `ignore` keep this invocation's value, those in `may_change` the saved one unless `given`, those
+        in `moves` (where the data lies) a given path where the run had one. Any other takes the saved value, and
+        raises UsageError when given with one that means another: both parsed alike, then through `meaning`.
         """
-
-        def meant(name: str, value: Any) -> Any:
-            return meaning(name, value.expanduser().resolve() if isinstance(value, Path) else value, args)
-
         for action in self._actions:
             name = action.dest
             if name not in saved or name in ignore or (name in given and name in may_change):
                 continue
             value, now = _parsed(action, saved[name]), getattr(args, name)
-            if name in given and meant(name, now) != meant(name, value):
-                if name in moves and now is not None and value is not None:
-                    continue  # the data elsewhere (copied to a node's own disk, say): the caller checks it is the same
+            if name in given and meaning(name, _resolved(now), args) != meaning(name, _resolved(value), args):
+                if name in moves and None not in (now, value):
+                    continue  # the data elsewhere (a copy on a node's own disk): the caller checks it is the same
                 flag = action.option_strings[-1]
                 raise UsageError(
                     f"{flag} {_show(now)} differs from the run's {_show(value)}: a resumed run keeps the flags it "
@@ -188,13 +176,16 @@ def _parsed(action: argparse.Action, value: Any) -> Any:
     if value is None or action.type is None:
         return value
     try:
-        if not isinstance(value, list):
-            return action.type(str(value))
-        if action.nargs is None:  # one argument of several values: 16,32,64
-            return action.type(",".join(map(str, value)))
-        return [action.type(str(item)) for item in value]
+        if isinstance(value, list) and action.nargs is not None:
+            return [action.type(str(item)) for item in value]
+        return action.type(",".join(map(str, value)) if isinstance(value, list) else str(value))  # --widths 16,32
     except (argparse.ArgumentTypeError, TypeError, ValueError):  # a value an older version allowed
         return value
+
+
+def _resolved(value: Any) -> Any:
+    """A path made absolute (./data is data); any other value as it is."""
+    return value.expanduser().resolve() if isinstance(value, Path) else value
 
 
 def _show(value: Any) -> str:
