@@ -47,8 +47,8 @@ class ImageFiles(SkipsUnreadable, Dataset):
     def __init__(
         self, samples: list[tuple[str, int]], root: Path, transform: v2.Compose, strict: bool, substitute: bool
     ) -> None:
-        self.samples, self.root, self.transform = samples, str(root), transform
-        self.track_unreadable(len(samples), strict=strict, substitute=substitute)
+        self.samples, self.transform = samples, transform
+        self.track_unreadable(len(samples), str(root), strict=strict, substitute=substitute)
 
     def __len__(self) -> int:
         return len(self.samples)

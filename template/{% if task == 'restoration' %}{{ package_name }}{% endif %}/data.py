@@ -3,6 +3,7 @@
 Every random draw comes from torch's global generator, seeded per item (samplers.py).
 """
 
+import os
 from pathlib import Path
 
 import torch
@@ -95,7 +96,8 @@ class ImagePatches(SkipsUnreadable, Dataset):
             raise UsageError(f"patch size {patch_size} and patches per epoch {patches_per_epoch} must be >= 1")
         self.paths, self.patch_size, self.degradation, self.train = paths, patch_size, degradation, train
         self.length = patches_per_epoch if train else len(self.paths)
-        self.track_unreadable(len(self.paths), strict=strict, substitute=train)
+        root = os.path.commonpath([os.path.dirname(path) for path in paths]) if paths else ""
+        self.track_unreadable(len(self.paths), root, strict=strict, substitute=train)
 
     def __len__(self) -> int:
         return self.length

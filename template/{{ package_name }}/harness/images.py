@@ -85,15 +85,14 @@ def read_image(path: str, channels: int = 3) -> torch.Tensor:
 class SkipsUnreadable:
     """A dataset of files that flags, names once (on stderr) and skips the files it cannot read.
 
-    A subclass sets `root`, calls track_unreadable() once it knows its files, opens them with open_file() and
-    reads items with first_readable(). `unreadable`: a flag per file, in memory shared with the loader's workers.
+    A subclass calls track_unreadable() once it knows its files (under the folder `root`), opens them with
+    open_file() and reads items with first_readable(). `unreadable`: a flag per file, in memory shared with the
+    loader's workers.
     """
 
-    root: str
-
-    def track_unreadable(self, num_files: int, *, strict: bool, substitute: bool) -> None:
+    def track_unreadable(self, num_files: int, root: str, *, strict: bool, substitute: bool) -> None:
         """Start with no file flagged; `strict`: raise at the first unreadable file, else skip it (first_readable)."""
-        self.strict, self.substitute = strict, substitute
+        self.root, self.strict, self.substitute = root, strict, substitute
         self.unreadable = torch.zeros(num_files, dtype=torch.bool).share_memory_()
 
     def first_readable(self, index: int, read: Callable[[int], T | None]) -> T | None:
