@@ -284,16 +284,10 @@ def test_compile_trains_and_saves_bare_keys(train_script, tiny_args, monkeypatch
 
 
 def test_loader_workers_are_gone_after_a_run_whose_progress_bar_carries_the_numbers(
-    train_script, tiny_args, monkeypatch, capsys
+    train_script, tiny_args, after_step, capsys
 ):
     before, during = set(multiprocessing.active_children()), []
-    optimizer_step = train_script.optimizer_step
-
-    def counting_step(*args):
-        during.append(len(set(multiprocessing.active_children()) - before))
-        optimizer_step(*args)
-
-    monkeypatch.setattr(train_script, "optimizer_step", counting_step)
+    after_step(lambda: during.append(len(set(multiprocessing.active_children()) - before)))
     flags = ["--num-workers", "2", "--progress", "always", "--max-steps-per-epoch", "2"]
     assert train_script.main([*tiny_args, *flags]) == 0
     assert during == [2, 2]  # the training loader's workers
