@@ -18,7 +18,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from conftest import TINY, records, run_dir, run_one_epoch
+from conftest import TINY, records, run_dir, run_one_epoch, write_images
 
 
 def contents(directory: Path) -> dict[str, bytes]:
@@ -459,9 +459,8 @@ def bad_input_dir(tmp_path_factory) -> Path:
         (tmp / "no-images" / split / "some_class").mkdir(parents=True)
     (tmp / "corrupt.pt").write_bytes(os.urandom(256))
     torch.save({"model": {}, "model_name": "M", "model_config": {}, "classes": [], "args": {}}, tmp / "model.pt")
-    for split in ("train", "val"):
-        (tmp / "unreadable-val" / split / "some_class").mkdir(parents=True)
-    Image.new("RGB", (8, 8)).save(tmp / "unreadable-val" / "train" / "some_class" / "0.png")
+    write_images(tmp / "unreadable-val" / "train" / "some_class", ["0"], 0)
+    (tmp / "unreadable-val" / "val" / "some_class").mkdir(parents=True)
     (tmp / "unreadable-val" / "val" / "some_class" / "0.png").write_bytes(b"not a PNG")
     (tmp / "a-file").write_text("not a directory")
     return tmp
