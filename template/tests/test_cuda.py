@@ -25,24 +25,20 @@ PARAMS += [pytest.param("cpu", name, id=f"cpu-{name}") for name in CPU_CASES]
 
 
 @pytest.mark.parametrize(("device", "case"), PARAMS)
-def test_train_py_then_test_py(train_script, test_script, tiny_args, device, case, monkeypatch):
+def test_train_py_then_test_py(train_script, test_script, tiny_args, device, case, monkeypatch, after_step):
     """What the device changes: pinned memory, the loader thread, where the parameters live; that they train."""
     argv = [device if arg == "cpu" else arg for arg in tiny_args] + CASES[case]  # tiny_args: --device cpu
     argv += ["--prefetch-depth", "2"] if device == "cpu" else []
     built, threads = [], []  # setup()'s session with its initial parameters; loader threads alive at each step
-    real_setup, real_step = train_script.setup, train_script.optimizer_step
+    real_setup, loader_thread = train_script.setup, train_script.loaders.BackgroundGenerator
 
     def watched_setup(*args: object):
         session, state = real_setup(*args)
         built.append((session, [p.detach().clone() for p in session.model.parameters()]))
         return session, state
 
-    def counting_step(*args: object) -> None:
-        threads.append(sum(isinstance(t, train_script.loaders.BackgroundGenerator) for t in threading.enumerate()))
-        real_step(*args)
-
     monkeypatch.setattr(train_script, "setup", watched_setup)
-    monkeypatch.setattr(train_script, "optimizer_step", counting_step)
+    after_step(lambda: threads.append(sum(isinstance(t, loader_thread) for t in threading.enumerate())))
     assert train_script.main(argv) == 0
     [(session, before)] = built
     assert session.train_loader.pin_memory == (device == "cuda")

@@ -44,13 +44,11 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
     waits, background_batches = [], train_script.loaders.background_batches  # seconds the loop waited for each batch
 
     def timed(batches):
-        while True:
-            start = time.perf_counter()
-            batch = next(batches, None)
-            if batch is None:
-                return
+        start = time.perf_counter()
+        for batch in batches:
             waits.append(time.perf_counter() - start)
             yield batch
+            start = time.perf_counter()
 
     @contextlib.contextmanager
     def timed_batches(*args):

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
-from conftest import records, run_dir
+from conftest import build_model, records, run_dir
 
 # What a stand-in for train.validate() returns: the shapes' 6 classes, the 16 preview images.
 VALIDATED = {"loss": 1.0, "samples": 40, "confusion_matrix": [[0] * 6] * 6, "preview": torch.full((16, 6), 1 / 6)}
@@ -46,14 +46,6 @@ def train(train_script, argv: list[str], prepare=None):
     losses = [record["loss"] for record in records(session.run_dir, "train")]
     assert losses and all(math.isfinite(loss) for loss in losses)
     return session, initial
-
-
-def build(train_script, argv: list[str], num_classes: int = 4):
-    """The model train.py builds for these flags (seeded: same flags, same weights), without any data."""
-    args = train_script.get_args_parser().parse_args(argv)
-    splits = train_script.task.data.DataSplits(None, None, [f"class{i}" for i in range(num_classes)], 3)
-    torch.manual_seed(0)
-    return train_script.task.build_model(args, splits, torch.device("cpu")), args
 
 
 def record_rates(used: list[float]):
@@ -98,7 +90,7 @@ def test_accumulated_micro_batches_equal_one_big_batch(
 def test_bf16_channels_last_and_mixup_feed_smoothed_soft_targets_to_the_loss(train_script, tiny_args):
     """Forwards run in bf16 on channels-last inputs, float32 weights in channels-last layout; mixed targets (N, C)
     reach the loss, which smooths them."""
-    plain, _ = build(train_script, tiny_args)
+    plain = build_model(train_script, tiny_args)
     assert not any(p.is_contiguous(memory_format=torch.channels_last) for p in plain.parameters() if p.ndim == 4)
     seen, dims = [], []  # (logits dtype, input in channels last) of each forward; the targets' dims of each loss
 
@@ -205,12 +197,11 @@ def focal(logits: torch.Tensor, targets: torch.Tensor, gamma: float, smoothing: 
 )
 def test_the_loss_flags_reach_the_models_loss(train_script, tiny_args, flags, expected):
     """The flags choose the model's loss (its per-image call: test_model.py); the weights do not depend on them."""
-    model, _ = build(train_script, [*tiny_args, *flags])
-    plain, _ = build(train_script, tiny_args)
+    model, plain = build_model(train_script, [*tiny_args, *flags]), build_model(train_script, tiny_args)
     torch.manual_seed(1)
-    images, targets = torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))
+    images, targets = torch.randn(8, 3, 16, 16), torch.randint(0, 6, (8,))
     torch.testing.assert_close(model(images), plain(images))
-    logits = 3 * torch.randn(8, 4)  # confident logits: smoothing changes the loss visibly
+    logits = 3 * torch.randn(8, 6)  # confident logits: smoothing changes the loss visibly
     torch.testing.assert_close(model.loss(logits, targets), expected(logits, targets))
 
 
@@ -284,16 +275,10 @@ def test_compile_trains_and_saves_bare_keys(train_script, tiny_args, monkeypatch
 
 
 def test_loader_workers_are_gone_after_a_run_whose_progress_bar_carries_the_numbers(
-    train_script, tiny_args, monkeypatch, capsys
+    train_script, tiny_args, after_step, capsys
 ):
     before, during = set(multiprocessing.active_children()), []
-    optimizer_step = train_script.optimizer_step
-
-    def counting_step(*args):
-        during.append(len(set(multiprocessing.active_children()) - before))
-        optimizer_step(*args)
-
-    monkeypatch.setattr(train_script, "optimizer_step", counting_step)
+    after_step(lambda: during.append(len(set(multiprocessing.active_children()) - before)))
     flags = ["--num-workers", "2", "--progress", "always", "--max-steps-per-epoch", "2"]
     assert train_script.main([*tiny_args, *flags]) == 0
     assert during == [2, 2]  # the training loader's workers

@@ -18,7 +18,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from conftest import records, run_dir, run_one_epoch
+from conftest import TINY, records, run_dir, run_one_epoch, write_images
 
 
 def contents(directory: Path) -> dict[str, bytes]:
@@ -61,9 +61,6 @@ def test_help_lists_the_flags_and_the_readme_table_of_augmentation_flags(train_s
         assert shown == ("off" if default is None else f"{default:g}" if isinstance(default, float) else str(default))
 
 
-# tiny_args without the run's directory and --epochs, for the module's runs below.
-TINY = ["--device", "cpu", "--img-size", "16", "--widths", "8,16", "--shapes-train-size", "96", "--shapes-val-size"]
-TINY += ["40", "--batch-size", "16", "--log-interval", "2", "--progress", "never"]
 # One run of 3 epochs with a moving average, looked at by the tests below; none of them changes it.
 FINISHED = ["--epochs", "3", "--ema-decay", "0.5", "--ema-every", "2", "--keep-epochs", "2"]
 
@@ -166,18 +163,10 @@ def straight(train_script, tmp_path_factory) -> dict[str, Path]:
     return runs
 
 
-def signal_after(train_script, monkeypatch, steps: int, signum: int = signal.SIGTERM, times: int = 1) -> None:
-    """Send this process `signum` `times` over right after optimizer step `steps` (counted from now)."""
-    real_step, calls = train_script.optimizer_step, []
-
-    def step_then_signal(*args, **kwargs):
-        real_step(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == steps:
-            for _ in range(times):
-                os.kill(os.getpid(), signum)
-
-    monkeypatch.setattr(train_script, "optimizer_step", step_then_signal)
+def sigterm_twice() -> None:
+    """SIGTERM to this process twice, as SLURM and torchrun send it."""
+    for _ in range(2):
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 WORKERS = ["--num-workers", "2", "--prefetch-depth", "2"]
@@ -185,14 +174,14 @@ WORKERS = ["--num-workers", "2", "--prefetch-depth", "2"]
 
 @pytest.mark.parametrize("stop", [None, [], WORKERS], ids=["extend", "sigterm-thread", "sigterm-workers"])
 def test_resume_is_bit_exact_with_every_augmentation_also_after_sigterm_mid_epoch(
-    straight, train_script, tmp_path, monkeypatch, stop
+    straight, train_script, tmp_path, monkeypatch, after_step, stop
 ):
     """--epochs 2 == --epochs 1, then --resume --epochs 2 (the other flags from the checkpoint): the same losses,
     weights and average, bit for bit; also when SIGTERM, twice as SLURM and torchrun send it, stops epoch 2 early."""
     directory = tmp_path / "first"
     shutil.copytree(straight["first"], directory)
     if stop is not None:
-        signal_after(train_script, monkeypatch, 3, times=2)
+        after_step(sigterm_twice, step=3)
         argv = ["--resume", str(directory), "--epochs", "2", "--log-interval", "50", *stop]
         assert train_script.main(argv) == 128 + signal.SIGTERM
         state = torch.load(directory / "last.pt", weights_only=True)
@@ -470,9 +459,8 @@ def bad_input_dir(tmp_path_factory) -> Path:
         (tmp / "no-images" / split / "some_class").mkdir(parents=True)
     (tmp / "corrupt.pt").write_bytes(os.urandom(256))
     torch.save({"model": {}, "model_name": "M", "model_config": {}, "classes": [], "args": {}}, tmp / "model.pt")
-    for split in ("train", "val"):
-        (tmp / "unreadable-val" / split / "some_class").mkdir(parents=True)
-    Image.new("RGB", (8, 8)).save(tmp / "unreadable-val" / "train" / "some_class" / "0.png")
+    write_images(tmp / "unreadable-val" / "train" / "some_class", ["0"], 0)
+    (tmp / "unreadable-val" / "val" / "some_class").mkdir(parents=True)
     (tmp / "unreadable-val" / "val" / "some_class" / "0.png").write_bytes(b"not a PNG")
     (tmp / "a-file").write_text("not a directory")
     return tmp
