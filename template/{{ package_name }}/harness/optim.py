@@ -51,23 +51,23 @@ def build_scheduler(
     steps_per_epoch: int,
     warmup_epochs: float | None = None,
     step_epochs: int = 30,
-    lr_gamma: float = 0.1,
-    plateau_patience: int | None = None,
+    gamma: float = 0.1,
     patience: int | None = None,
+    early_stop: int | None = None,
 ) -> LRScheduler | ReduceLROnPlateau:
-    """The schedule for --scheduler `name`; the keywords are train.py's flags of their names.
+    """The schedule for --scheduler.
 
     none, step and cosine: stepped after each optimizer step, with a linear warm-up over warmup_epochs (half an
-    epoch if None). plateau: stepped once per epoch with the validation score; `plateau_patience` defaults to 5,
-    or to two less than an early-stopping `patience`, so that the rate drops once before the run stops.
+    epoch if None). plateau: stepped once per epoch with the validation score; `patience` defaults to 5, or to
+    two less than an `early_stop` --patience, so that the rate drops once before the run stops.
     One LambdaLR (not a SequentialLR, which saves its curve's length): a resumed run may change --epochs.
     """
     if name == "plateau":
         if warmup_epochs:
             raise UsageError("--scheduler plateau has no warm-up; leave out --warmup-epochs")
-        if plateau_patience is None:
-            plateau_patience = 5 if patience is None else max(0, min(5, patience - 2))
-        return ReduceLROnPlateau(optimizer, mode="max", factor=lr_gamma, patience=plateau_patience)
+        if patience is None:
+            patience = 5 if early_stop is None else max(0, min(5, early_stop - 2))
+        return ReduceLROnPlateau(optimizer, mode="max", factor=gamma, patience=patience)
     total = epochs * steps_per_epoch
     warmup = round((0.5 if warmup_epochs is None else warmup_epochs) * steps_per_epoch)
 
@@ -78,7 +78,7 @@ def build_scheduler(
             progress = (step - warmup) / max(1, total - warmup)
             return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
         if name == "step":
-            return lr_gamma ** (step // (step_epochs * steps_per_epoch))
+            return gamma ** (step // (step_epochs * steps_per_epoch))
         return 1.0
 
     return LambdaLR(optimizer, factor)
