@@ -443,7 +443,7 @@ BAD_INPUTS = [
     (["--resume", "{run}", "--epochs", "4", "--batch-size", "32"], "--batch-size 32 differs from the run's 16"),
     (["--resume", "{run}", "--epochs", "4", "--img-size", "32"], "--img-size 32 differs from the run's 16"),
     (["--resume", "{run}", "--epochs", "4", "--lr", "0.1"], "--lr 0.1 differs from the run's 0.002"),
-    (["--resume", "{run}", "--epochs", "4", "--data-dir", "x"], "--data-dir x differs from the run's (not set)"),
+    (["--resume", "{run}", "--epochs", "4", "--data-dir", "x"], "/x differs from the run's (not set)"),
     (["--resume", "{run}", "--epochs", "4", "--output-dir", "x"], "--resume continues in the checkpoint's own dir"),
     (["--resume", "{run}", "--epochs", "4", "--run-name", "x"], "--resume continues in the checkpoint's own dir"),
     (["--resume", "{run}/epoch-2.pt", "--epochs", "4"], "would overwrite"),  # an older checkpoint of the run

@@ -160,7 +160,7 @@ class ArgumentParser(argparse.ArgumentParser):
             if name not in saved or name in ignore or (name in given and name in may_change):
                 continue
             value, now = _parsed(action, saved[name]), getattr(args, name)
-            if name in given and meaning(name, _resolved(now), args) != meaning(name, _resolved(value), args):
+            if name in given and meaning(name, now, args) != meaning(name, value, args):
                 if name in moves and None not in (now, value):
                     continue  # the data elsewhere (a copy on a node's own disk): the caller checks it is the same
                 flag = action.option_strings[-1]
@@ -181,11 +181,6 @@ def _parsed(action: argparse.Action, value: Any) -> Any:
         return action.type(",".join(map(str, value)) if isinstance(value, list) else str(value))  # --widths 16,32
     except (argparse.ArgumentTypeError, TypeError, ValueError):  # a value an older version allowed
         return value
-
-
-def _resolved(value: Any) -> Any:
-    """A path made absolute (./data is data); any other value as it is."""
-    return value.expanduser().resolve() if isinstance(value, Path) else value
 
 
 def _show(value: Any) -> str:
@@ -224,6 +219,11 @@ def in_range(
 
 positive = functools.partial(in_range, low=0, low_open=True)  # positive(int): an argparse type for values > 0
 non_negative = functools.partial(in_range, low=0)  # non_negative(float): for values >= 0
+
+
+def absolute_path(text: str) -> Path:
+    """An argparse type: the path made absolute (./data is data), so that it names the same file from any folder."""
+    return Path(text).expanduser().resolve()
 
 
 def int_list(text: str) -> tuple[int, ...]:
