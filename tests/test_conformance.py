@@ -103,6 +103,9 @@ def test_a_planted_violation_fails_the_style_test_naming_rule_and_line(default_p
 # The project's test_efficiency.py measures the live autograd graph at each training step; here the
 # measure has to notice the classic leak, losses summed as tensors across steps.
 LEAKING_LOOP = """
+import sys
+
+sys.path[:0] = [".", "tests"]  # as pytest's configuration puts them: the project, then its tests
 import torch
 from test_efficiency import autograd_graph_size
 
@@ -117,7 +120,7 @@ assert sizes[0] < sizes[1] < sizes[2] < sizes[3], sizes
 
 
 def test_the_graph_measure_sees_a_leaking_loop(default_project):
-    run([sys.executable, "-c", LEAKING_LOOP], cwd=default_project / "tests")
+    run([sys.executable, "-c", LEAKING_LOOP], cwd=default_project)
 
 
 def test_pre_commit_runs_ruff_and_the_file_hygiene_hooks(default_project):
