@@ -23,7 +23,11 @@ from .harness.samplers import hold_out
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, Preprocessing, build_transforms
 
-TORCHVISION_DATASETS = {"cifar10": datasets.CIFAR10, "mnist": datasets.MNIST, "fashionmnist": datasets.FashionMNIST}
+TORCHVISION_DATASETS = {
+    "cifar10": (datasets.CIFAR10, 3),  # the class and its images' channels
+    "mnist": (datasets.MNIST, 1),
+    "fashionmnist": (datasets.FashionMNIST, 1),
+}
 DATASETS = ("shapes", "imagefolder", "csv", *TORCHVISION_DATASETS)
 
 
@@ -99,7 +103,8 @@ def build_datasets(
         raise UsageError("--labels FILE.csv and --dataset csv go together")
     if name not in DATASETS:
         raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
-    gray, sized = name in ("mnist", "fashionmnist"), name == "shapes"
+    channels = TORCHVISION_DATASETS[name][1] if name in TORCHVISION_DATASETS else 3
+    gray, sized = channels == 1, name == "shapes"
     transforms = {s: build_transforms(prep, augment if s == "train" else None, gray=gray, sized=sized) for s in splits}
     if name == "shapes":  # distinct seeds per split, so no validation image is a training image
         sizes = {"train": (train_size, prep.crop_size, 2 * seed), "val": (val_size, prep.crop_size, 2 * seed + 1)}
@@ -118,8 +123,7 @@ def build_datasets(
         root, rows = data_dir, class_folders(data_dir)
     else:
         made = {split: _torchvision_dataset(name, data_dir, split, transforms[split], download) for split in splits}
-        channels = prep.channels or (1 if gray else 3)
-        return DataSplits(made.get("train"), made.get("val"), list(made[splits[0]].classes), channels)
+        return DataSplits(made.get("train"), made.get("val"), list(made[splits[0]].classes), prep.channels or channels)
     found = sorted({label for _, label, _ in rows})
     if classes is not None and (unknown := [label for label in found if label not in classes]):
         raise UsageError(f"{root}: class {unknown[0]!r} is not one of the model's {len(classes)}: {', '.join(classes)}")
@@ -256,7 +260,8 @@ def _torchvision_dataset(name: str, data_dir: Path, split: str, transform: v2.Co
 
     before = folders() if download else set()
     try:
-        return TORCHVISION_DATASETS[name](str(data_dir), train=split == "train", transform=transform, download=download)
+        dataset_class = TORCHVISION_DATASETS[name][0]
+        return dataset_class(str(data_dir), train=split == "train", transform=transform, download=download)
     except (OSError, RuntimeError) as err:  # a URLError is an OSError; MNIST reports it as a RuntimeError
         if not download:  # torchvision's "Dataset not found or corrupted"
             raise UsageError(f"{name} not found under {data_dir}; pass --download to fetch it ({err})") from None
