@@ -12,7 +12,7 @@ class UNet(nn.Module):
     """A U-Net: stem, one Down per further width, Ups back with skip connections, 1x1 output conv.
 
     (N, in_channels, H, W) -> (N, out_channels, H, W), H and W multiples of `multiple`, 2 ** (len(widths) - 1).
-    The output convolution starts at zero: the untrained network outputs exactly 0.
+    The output convolution starts at zero: the model adds the output to its input, so untrained it is the identity.
     """
 
     def __init__(self, in_channels: int, out_channels: int, widths: tuple[int, ...], blocks_per_stage: int = 1) -> None:
