@@ -35,8 +35,9 @@ def changed(model: nn.Module, initial: dict[str, torch.Tensor]) -> set[str]:
 
 def train(train_script, argv: list[str], prepare=None):
     """setup() and fit() as main() runs them, prepare(session) in between; (session, initial weights); finite losses."""
-    args = train_script.get_args_parser().parse_args(argv)
-    session, state = train_script.setup(args)
+    parser = train_script.get_args_parser()
+    args = parser.parse_args(argv)
+    session, state = train_script.setup(args, parser.given(argv))
     initial = {name: param.detach().clone() for name, param in session.model.named_parameters()}
     if prepare is not None:
         prepare(session)
@@ -60,15 +61,24 @@ def test_accumulated_micro_batches_equal_one_big_batch(
     train_script, tiny_args, tmp_path, monkeypatch, train_size, accum_steps, steps
 ):
     """Micro-batches of 8 give a batch of 16's losses and weights (no batch norm); a short last group is its own."""
-    batch_norm = nn.BatchNorm2d
-    monkeypatch.setattr(nn, "BatchNorm2d", nn.Identity)  # the network built without it: Identity takes any arguments
+    build_model = train_script.task.build_model
+
+    def build_model_without_batch_norm(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        for module in list(model.modules()):
+            for name, child in module.named_children():
+                if isinstance(child, nn.BatchNorm2d):
+                    setattr(module, name, nn.Identity())
+        return model
+
+    monkeypatch.setattr(train_script.task, "build_model", build_model_without_batch_norm)
     common = [*tiny_args, *SGD, "--lr", "0.5", "--shapes-train-size", str(train_size), "--log-interval", "1"]
     sessions = []
     for batch_size, accum in ((16, 1), (8, accum_steps)):
         argv = [*common, "--hflip", "0", "--batch-size", str(batch_size), "--accum-steps", str(accum)]
         sessions.append(train(train_script, [*argv, "--output-dir", str(tmp_path / f"accum{accum}")]))
     (big, initial), (accumulated, _) = sessions
-    assert not any(isinstance(m, batch_norm) for m in big.model.modules())
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in big.model.modules())
     assert changed(big.model, initial) == set(initial)  # plain SGD: the weights moved by the gradients alone
     for name, param in big.model.named_parameters():
         torch.testing.assert_close(dict(accumulated.model.named_parameters())[name], param, rtol=1e-4, atol=1e-6)
@@ -107,10 +117,11 @@ def test_bf16_channels_last_and_mixup_feed_smoothed_soft_targets_to_the_loss(tra
 
 @pytest.mark.filterwarnings("error:Detected call of")  # lr_scheduler.step() before optimizer.step()
 def test_the_learning_rate_steps_with_each_optimizer_step_and_is_logged_as_used(train_script, tiny_args):
-    """8 optimizer steps: a warm-up epoch, then a cosine one; each step's own rate is logged."""
+    """A warm-up epoch, then, resumed with --epochs 2, the rest of a 2-epoch cosine curve; each step's rate logged."""
     used = []
-    flags = ["--scheduler", "cosine", "--warmup-epochs", "1", "--lr", "0.1", "--epochs", "2", "--log-interval", "1"]
+    flags = ["--scheduler", "cosine", "--warmup-epochs", "1", "--lr", "0.1", "--epochs", "1", "--log-interval", "1"]
     session, _ = train(train_script, [*tiny_args, *flags, "--shapes-train-size", "64"], record_rates(used))
+    train(train_script, ["--resume", str(session.run_dir), "--epochs", "2", "--device", "cpu"], record_rates(used))
     factors = [(s + 1) / 4 if s < 4 else 0.5 * (1 + math.cos(math.pi * (s - 4) / 4)) for s in range(8)]
     assert used == pytest.approx([0.1 * factor for factor in factors])  # step s + 1 trains at factors[s]
     logged = records(session.run_dir, "train")

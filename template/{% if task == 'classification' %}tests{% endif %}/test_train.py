@@ -187,17 +187,6 @@ def test_resume_is_bit_exact_with_every_augmentation_also_after_sigterm_mid_epoc
         assert json.loads((directory / "args.json").read_text())["random_resized_crop"] == [0.5, 1.0]
 
 
-def test_extending_a_cosine_run_recomputes_the_rest_of_the_curve(train_script, tiny_args, tmp_path):
-    """With cosine, the resumed epoch runs at the learning rates of a 2-epoch curve (the README's promise)."""
-    common = [*tiny_args, "--log-interval", "1", "--warmup-epochs", "0", "--shapes-train-size", "32"]  # 2 steps
-    assert train_script.main([*common, "--epochs", "2", "--output-dir", str(tmp_path / "a")]) == 0
-    assert train_script.main([*common, "--epochs", "1", "--output-dir", str(tmp_path / "b")]) == 0
-    assert train_script.main(["--resume", str(tmp_path / "b" / "run"), "--epochs", "2", "--device", "cpu"]) == 0
-    straight, resumed = ([r["lr"] for r in records(tmp_path / d / "run", "train")] for d in ("a", "b"))
-    assert resumed[2:] == straight[2:]  # epoch 2 follows the 2-epoch curve ...
-    assert resumed[:2] != straight[:2]  # ... epoch 1 had followed the 1-epoch one: not the same run
-
-
 def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_script, tiny_args, monkeypatch, capsys):
     real_validate = train_script.validate
 
