@@ -274,31 +274,27 @@ def test_compile_trains_and_saves_bare_keys(train_script, tiny_args, monkeypatch
     assert keys == set(session.model.state_dict()) and not [key for key in keys if "_orig_mod" in key]
 
 
-def test_loader_workers_are_gone_after_a_run_whose_progress_bar_carries_the_numbers(
+def test_log_interval_counts_steps_over_a_resume_whose_bar_carries_the_numbers_and_whose_workers_end(
     train_script, tiny_args, after_step, capsys
 ):
-    before, during = set(multiprocessing.active_children()), []
-    after_step(lambda: during.append(len(set(multiprocessing.active_children()) - before)))
-    flags = ["--num-workers", "2", "--progress", "always", "--max-steps-per-epoch", "2"]
-    assert train_script.main([*tiny_args, *flags]) == 0
-    assert during == [2, 2]  # the training loader's workers
+    """5 optimizer steps of 2 micro-batches an epoch: every 2nd step (counted over the run) and an epoch's last."""
+    flags = ["--shapes-train-size", "80", "--batch-size", "8", "--accum-steps", "2", "--log-interval", "2"]
+    assert train_script.main([*tiny_args, *flags, "--progress", "auto"]) == 0  # auto: log lines without a terminal
+    assert len([line for line in capsys.readouterr().out.splitlines() if "efficiency" in line]) == 3
+    before, workers = set(multiprocessing.active_children()), []
+    after_step(lambda: workers.append(len(set(multiprocessing.active_children()) - before)))
+    resume = ["--resume", str(run_dir(tiny_args)), "--epochs", "2", "--device", "cpu", "--num-workers", "2"]
+    assert train_script.main([*resume, "--progress", "always"]) == 0
+    captured = capsys.readouterr()
+    assert re.search(r"epoch 1: +\d+%\|", captured.err) and "efficiency" not in captured.out  # a bar, no log lines
+    assert workers == [2] * 5  # the training loader's workers, at each step
     deadline = time.monotonic() + 10
     while set(multiprocessing.active_children()) - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not set(multiprocessing.active_children()) - before
-    captured = capsys.readouterr()
-    assert re.search(r"epoch 0: +\d+%\|", captured.err) and "efficiency" not in captured.out  # a bar, no log lines
-
-
-def test_log_interval_counts_optimizer_steps_in_log_lines_metrics_and_tensorboard(train_script, tiny_args, capsys):
-    """5 optimizer steps of 2 micro-batches an epoch: every 2nd step (counted over the run) and an epoch's last."""
-    flags = ["--shapes-train-size", "80", "--batch-size", "8", "--accum-steps", "2", "--log-interval", "2"]
-    argv = [*tiny_args, *flags, "--epochs", "2", "--progress", "auto"]  # auto: log lines without a terminal
-    assert train_script.main(argv) == 0
-    logged = [(r["epoch"], r["step"]) for r in records(run_dir(argv), "train")]
+    logged = [(r["epoch"], r["step"]) for r in records(run_dir(tiny_args), "train")]
     assert logged == [(0, 2), (0, 4), (0, 5), (1, 6), (1, 8), (1, 10)]
-    assert len([line for line in capsys.readouterr().out.splitlines() if "efficiency" in line]) == 6
-    events = EventAccumulator(str(run_dir(argv)))
+    events = EventAccumulator(str(run_dir(tiny_args)))
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {"train/loss", "train/lr", "train/samples_per_s", "train/compute_efficiency", "val/accuracy"} <= tags
