@@ -136,8 +136,8 @@ def autograd_graph_size() -> int:
 
 
 def test_the_loop_reads_the_device_only_to_log_and_keeps_no_graph(train_script, tiny_args):
-    """12 steps, a log line every 4: three host reads, all at one line; the live autograd graph does not grow."""
-    args = train_script.get_args_parser().parse_args([*tiny_args, "--shapes-train-size", "192", "--log-interval", "4"])
+    """9 steps, a log line every 3: three host reads, all at one line; the live autograd graph does not grow."""
+    args = train_script.get_args_parser().parse_args([*tiny_args, "--shapes-train-size", "144", "--log-interval", "3"])
     session, state = train_script.setup(args)
     sizes = []
     session.model.register_forward_hook(lambda *_: sizes.append(autograd_graph_size()))
@@ -145,8 +145,8 @@ def test_the_loop_reads_the_device_only_to_log_and_keeps_no_graph(train_script, 
     with reads:
         assert run_one_epoch(train_script, session, state, args)
     session.logger.close()
-    assert state.global_step == 12
-    assert len(reads.sites) == 12 // 4 and len(set(reads.sites)) == 1, reads.sites
-    assert len(sizes) == 12, "the forward hook must fire once per training step"
+    assert state.global_step == 9
+    assert len(reads.sites) == 9 // 3 and len(set(reads.sites)) == 1, reads.sites
+    assert len(sizes) == 9, "the forward hook must fire once per training step"
     # Step 1 sees its own graph, later steps also the previous step's loss: then it stays flat.
     assert max(sizes[2:]) <= sizes[1], f"the autograd graph grows from step to step: {sizes}"

@@ -59,15 +59,12 @@ def test_help_lists_the_flags_and_the_readme_table_of_augmentation_flags(train_s
         assert shown == ("off" if default is None else f"{default:g}" if isinstance(default, float) else str(default))
 
 
-# One run of 3 epochs with a moving average, looked at by the tests below; none of them changes it.
-FINISHED = ["--epochs", "3", "--ema-decay", "0.5", "--ema-every", "2", "--keep-epochs", "2"]
-
-
 @pytest.fixture(scope="module")
 def finished(train_script, tmp_path_factory) -> tuple[Path, str]:
-    """(run directory, what train.py printed) of the 3-epoch run."""
+    """(run directory, what train.py printed) of a 3-epoch run with a moving average; no test changes it."""
     out = tmp_path_factory.mktemp("finished")
-    argv = [*TINY, "--output-dir", str(out), "--run-name", "run", *FINISHED]
+    argv = [*TINY, "--output-dir", str(out), "--run-name", "run", "--epochs", "3", "--ema-decay", "0.5"]
+    argv += ["--ema-every", "2", "--keep-epochs", "2"]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         assert train_script.main(argv) == 0
@@ -144,11 +141,9 @@ EXACT = ["--hflip", "0.5", "--vflip", "0.5", "--random-resized-crop", "0.5", "1"
 def straight(train_script, tmp_path_factory) -> dict[str, Path]:
     """{"straight": a run of 2 epochs left alone, "first": its first epoch alone}: what resumed runs must equal."""
     out = tmp_path_factory.mktemp("exact")
-    runs = {}
     for name, epochs in (("straight", "2"), ("first", "1")):
         assert train_script.main([*TINY, *EXACT, "--epochs", epochs, "--output-dir", str(out), "--run-name", name]) == 0
-        runs[name] = out / name
-    return runs
+    return {"straight": out / "straight", "first": out / "first"}
 
 
 def sigterm_twice() -> None:
@@ -302,7 +297,7 @@ def fill_disk(monkeypatch, where: str) -> None:
                 return False
             with real(args[0], "a") as file:
                 file.write('{"split": "tr')  # part of the line makes it out
-        elif where == "args.json":  # before the first checkpoint
+        elif where == "args.json":
             if args[0].name != "args.json.tmp":
                 return False
             real(args[0], args[1][:10])
@@ -321,21 +316,16 @@ def test_a_full_disk_is_one_line_that_says_what_is_kept(
     straight, train_script, tiny_args, tmp_path, monkeypatch, capsys, where
 ):
     """Exit 1, one line naming the file and the intact checkpoint, no partial file; then --resume ends as if alone."""
-    directory = tmp_path / "first"
-    if where == "args.json":
-        directory = run_dir(tiny_args)
-        with monkeypatch.context() as patch:
-            fill_disk(patch, where)
-            assert train_script.main(tiny_args) == 1
+    if where == "args.json":  # a new run's, before its first checkpoint
+        directory, argv = run_dir(tiny_args), tiny_args
         hint = f"no checkpoint had been written yet in {directory}"
     else:
-        shutil.copytree(straight["first"], directory)
-        kept = (directory / "last.pt").read_bytes()
-        with monkeypatch.context() as patch:
-            fill_disk(patch, where)
-            assert train_script.main(["--resume", str(directory), "--epochs", "2"]) == 1
-        assert (directory / "last.pt").read_bytes() == kept  # epoch 1's
+        directory = shutil.copytree(straight["first"], tmp_path / "first")
+        argv, kept = ["--resume", str(directory), "--epochs", "2"], (directory / "last.pt").read_bytes()
         hint = f"the last good checkpoint {directory / 'last.pt'} is intact; free some space and resume"
+    with monkeypatch.context() as patch:
+        fill_disk(patch, where)
+        assert train_script.main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("train.py: error: cannot write ") and hint in err, err
     assert ("(No space left on device); " if where != "checkpoint" else f"({TORCH_SAYS}); ") in err  # its first line
@@ -343,7 +333,8 @@ def test_a_full_disk_is_one_line_that_says_what_is_kept(
     if (directory / "metrics.jsonl").exists():
         assert all(json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines())
     if where != "args.json":
-        assert train_script.main(["--resume", str(directory), "--epochs", "2"]) == 0
+        assert (directory / "last.pt").read_bytes() == kept  # epoch 1's
+        assert train_script.main(argv) == 0
         same_weights(straight["straight"] / "last.pt", directory / "last.pt")
 
 
