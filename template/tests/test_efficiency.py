@@ -38,13 +38,13 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
 
     session.train_loader.collate_fn = slow_collate
     starts, ends, logged = [], [], []
-    session.model.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter()))
 
-    def record_mode(module, inputs):
+    def record_start(module, inputs):
+        starts.append(time.perf_counter())
         alive = sum(isinstance(t, train_script.loaders.BackgroundGenerator) for t in threading.enumerate())
         modes.append((alive, module.training))
 
-    session.model.register_forward_pre_hook(record_mode)
+    session.model.register_forward_pre_hook(record_start)
     session.model.register_forward_hook(lambda *_: time.sleep(COMPUTE_DELAY))
     session.optimizer.register_step_post_hook(lambda *_: ends.append(time.perf_counter()))
     log_train = session.logger.log_train
@@ -74,14 +74,14 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
     validated = train_script.validate(session, args, session.wrapped)
     session.logger.close()
 
+    training = [mode for _, mode in modes]  # STEPS forwards in train mode, then evaluation's in eval mode
+    assert len(ends) == STEPS < len(modes) and training == [True] * STEPS + [False] * (len(modes) - STEPS)
+    assert session.model.training and validated["samples"] == 40  # train mode again after evaluation
     assert [alive for alive, _ in modes[:2]] == [int(prefetch)] * 2  # a loading thread, or none
-    assert all(training for _, training in modes[:STEPS]) and not any(training for _, training in modes[STEPS:])
-    assert modes[STEPS:] and session.model.training and validated["samples"] == 40  # train mode again after
     deadline = time.monotonic() + 5
     while threads_started(threads_before) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not threads_started(threads_before)
-    assert len(starts) - len(modes[STEPS:]) == len(ends) == STEPS
     train = records(session.run_dir, "train")
     assert len(train) == STEPS // LOG_INTERVAL
     for k, record in enumerate(train):
