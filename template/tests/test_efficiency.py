@@ -3,6 +3,7 @@
 import contextlib
 import gc
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,12 +17,18 @@ DATA_DELAY = 0.04  # seconds of sleep per batch, in the loader: a slow disk
 COMPUTE_DELAY = 0.02  # seconds of sleep per step, in forward: a bigger model
 
 
-@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+def threads_started(before: set[threading.Thread]) -> list[threading.Thread]:
+    """Threads alive now that were not in `before`, but for tqdm's monitor, which lives as long as the process."""
+    return [thread for thread in set(threading.enumerate()) - before if thread.name != "tqdm_monitor"]
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "default"])
 def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_args, monkeypatch, prefetch):
-    """Each log line's efficiency is at least compute (forward pre-hook to step post-hook) / wall time, and its data
-    time holds every wait for a batch: bounds that a busy machine cannot break."""
+    """Each log line's efficiency is at least compute (forward pre-hook to step post-hook) / wall time, its data time
+    holds every wait for a batch; on the CPU batches load in the loop's thread unless --prefetch-depth."""
     flags = [*tiny_args, "--shapes-train-size", str(16 * STEPS), "--log-interval", str(LOG_INTERVAL)]
-    args = train_script.get_args_parser().parse_args([*flags, "--prefetch-depth", "2" if prefetch else "0"])
+    args = train_script.get_args_parser().parse_args([*flags, *(["--prefetch-depth", "2"] if prefetch else [])])
+    threads_before, modes = set(threading.enumerate()), []  # (loader threads alive, training mode) at each forward
     session, state = train_script.setup(args)
     collate = session.train_loader.collate_fn
 
@@ -31,7 +38,13 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
 
     session.train_loader.collate_fn = slow_collate
     starts, ends, logged = [], [], []
-    session.model.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter()))
+
+    def record_start(module, inputs):
+        starts.append(time.perf_counter())
+        alive = sum(isinstance(t, train_script.loaders.BackgroundGenerator) for t in threading.enumerate())
+        modes.append((alive, module.training))
+
+    session.model.register_forward_pre_hook(record_start)
     session.model.register_forward_hook(lambda *_: time.sleep(COMPUTE_DELAY))
     session.optimizer.register_step_post_hook(lambda *_: ends.append(time.perf_counter()))
     log_train = session.logger.log_train
@@ -58,9 +71,17 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
     monkeypatch.setattr(train_script.loaders, "background_batches", timed_batches)
     logged.append(time.perf_counter())
     assert run_one_epoch(train_script, session, state, args)
+    validated = train_script.validate(session, args, session.wrapped)
     session.logger.close()
 
-    assert len(starts) == len(ends) == STEPS
+    training = [mode for _, mode in modes]  # STEPS forwards in train mode, then evaluation's in eval mode
+    assert len(ends) == STEPS < len(modes) and training == [True] * STEPS + [False] * (len(modes) - STEPS)
+    assert session.model.training and validated["samples"] == 40  # train mode again after evaluation
+    assert [alive for alive, _ in modes[:2]] == [int(prefetch)] * 2  # a loading thread, or none
+    deadline = time.monotonic() + 5
+    while threads_started(threads_before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not threads_started(threads_before)
     train = records(session.run_dir, "train")
     assert len(train) == STEPS // LOG_INTERVAL
     for k, record in enumerate(train):
@@ -115,8 +136,8 @@ def autograd_graph_size() -> int:
 
 
 def test_the_loop_reads_the_device_only_to_log_and_keeps_no_graph(train_script, tiny_args):
-    """12 steps, a log line every 4: three host reads, all at one line; the live autograd graph does not grow."""
-    args = train_script.get_args_parser().parse_args([*tiny_args, "--shapes-train-size", "192", "--log-interval", "4"])
+    """9 steps, a log line every 3: three host reads, all at one line; the live autograd graph does not grow."""
+    args = train_script.get_args_parser().parse_args([*tiny_args, "--shapes-train-size", "144", "--log-interval", "3"])
     session, state = train_script.setup(args)
     sizes = []
     session.model.register_forward_hook(lambda *_: sizes.append(autograd_graph_size()))
@@ -124,8 +145,8 @@ def test_the_loop_reads_the_device_only_to_log_and_keeps_no_graph(train_script, 
     with reads:
         assert run_one_epoch(train_script, session, state, args)
     session.logger.close()
-    assert state.global_step == 12
-    assert len(reads.sites) == 12 // 4 and len(set(reads.sites)) == 1, reads.sites
-    assert len(sizes) == 12, "the forward hook must fire once per training step"
+    assert state.global_step == 9
+    assert len(reads.sites) == 9 // 3 and len(set(reads.sites)) == 1, reads.sites
+    assert len(sizes) == 9, "the forward hook must fire once per training step"
     # Step 1 sees its own graph, later steps also the previous step's loss: then it stays flat.
     assert max(sizes[2:]) <= sizes[1], f"the autograd graph grows from step to step: {sizes}"

@@ -35,8 +35,9 @@ def changed(model: nn.Module, initial: dict[str, torch.Tensor]) -> set[str]:
 
 def train(train_script, argv: list[str], prepare=None):
     """setup() and fit() as main() runs them, prepare(session) in between; (session, initial weights); finite losses."""
-    args = train_script.get_args_parser().parse_args(argv)
-    session, state = train_script.setup(args)
+    parser = train_script.get_args_parser()
+    args = parser.parse_args(argv)
+    session, state = train_script.setup(args, parser.given(argv))
     initial = {name: param.detach().clone() for name, param in session.model.named_parameters()}
     if prepare is not None:
         prepare(session)
@@ -59,8 +60,7 @@ def record_rates(used: list[float]):
 def test_accumulated_micro_batches_equal_one_big_batch(
     train_script, tiny_args, tmp_path, monkeypatch, train_size, accum_steps, steps
 ):
-    """Micro-batches of 8 give a batch of 16's losses and weights (without batch norm); a short last group (2 of
-    --accum-steps 4) is averaged over its own size."""
+    """Micro-batches of 8 give a batch of 16's losses and weights (no batch norm); a short last group is its own."""
     build_model = train_script.task.build_model
 
     def build_model_without_batch_norm(*args, **kwargs):
@@ -88,8 +88,7 @@ def test_accumulated_micro_batches_equal_one_big_batch(
 
 
 def test_bf16_channels_last_and_mixup_feed_smoothed_soft_targets_to_the_loss(train_script, tiny_args):
-    """Forwards run in bf16 on channels-last inputs, float32 weights in channels-last layout; mixed targets (N, C)
-    reach the loss, which smooths them."""
+    """bf16 forwards on channels-last inputs, float32 channels-last weights; the loss smooths mixed targets (N, C)."""
     plain = build_model(train_script, tiny_args)
     assert not any(p.is_contiguous(memory_format=torch.channels_last) for p in plain.parameters() if p.ndim == 4)
     seen, dims = [], []  # (logits dtype, input in channels last) of each forward; the targets' dims of each loss
@@ -118,10 +117,11 @@ def test_bf16_channels_last_and_mixup_feed_smoothed_soft_targets_to_the_loss(tra
 
 @pytest.mark.filterwarnings("error:Detected call of")  # lr_scheduler.step() before optimizer.step()
 def test_the_learning_rate_steps_with_each_optimizer_step_and_is_logged_as_used(train_script, tiny_args):
-    """8 optimizer steps: a warm-up epoch, then a cosine one; each step's own rate is logged."""
+    """A warm-up epoch, then, resumed with --epochs 2, the rest of a 2-epoch cosine curve; each step's rate logged."""
     used = []
-    flags = ["--scheduler", "cosine", "--warmup-epochs", "1", "--lr", "0.1", "--epochs", "2", "--log-interval", "1"]
+    flags = ["--scheduler", "cosine", "--warmup-epochs", "1", "--lr", "0.1", "--epochs", "1", "--log-interval", "1"]
     session, _ = train(train_script, [*tiny_args, *flags, "--shapes-train-size", "64"], record_rates(used))
+    train(train_script, ["--resume", str(session.run_dir), "--epochs", "2", "--device", "cpu"], record_rates(used))
     factors = [(s + 1) / 4 if s < 4 else 0.5 * (1 + math.cos(math.pi * (s - 4) / 4)) for s in range(8)]
     assert used == pytest.approx([0.1 * factor for factor in factors])  # step s + 1 trains at factors[s]
     logged = records(session.run_dir, "train")
@@ -142,8 +142,8 @@ def test_the_learning_rate_steps_with_each_optimizer_step_and_is_logged_as_used(
 def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
     train_script, tiny_args, monkeypatch, capsys, flags, rates, best
 ):
-    """The weights' accuracy stalls; with --ema-decay the average's rises (0.02 to 0.18, below 0.5), and the
-    plateau, --patience and best.pt follow the average."""
+    """The weights' accuracy stalls at 0.5; with --ema-decay the plateau, --patience and best.pt follow the average's,
+    which rises to 0.18."""
     calls = []
 
     def validate(s, args, model):
@@ -205,31 +205,26 @@ def test_the_loss_flags_reach_the_models_loss(train_script, tiny_args, flags, ex
     torch.testing.assert_close(model.loss(logits, targets), expected(logits, targets))
 
 
-@pytest.mark.parametrize(("optimizer", "decay"), [("adamw", 0.05), ("sgd", 1e-4)])
-def test_backbone_lr_scale_the_logged_peak_rate_and_the_optimizers_usual_weight_decay(
-    train_script, tiny_args, optimizer, decay
+@pytest.mark.parametrize(("optimizer", "decay", "freeze"), [("adamw", 0.05, False), ("sgd", 1e-4, True)])
+def test_backbone_lr_scale_or_freezing_the_logged_peak_rate_and_the_optimizers_usual_weight_decay(
+    train_script, tiny_args, optimizer, decay, freeze
 ):
-    """torchvision's weight decay for each optimizer, saved with the run; the backbone trains at its scaled rate."""
+    """torchvision's weight decay for each optimizer, saved; the backbone trains at its scaled rate or, frozen, not."""
     flags = ["--optimizer", optimizer, "--lr", "0.1", "--backbone-lr-scale", "0.25", "--scheduler", "none"]
-    session, _ = train(train_script, [*tiny_args, *flags, "--warmup-epochs", "0", "--max-steps-per-epoch", "1"])
+    flags += ["--warmup-epochs", "0", "--max-steps-per-epoch", "2", *(["--freeze-backbone"] if freeze else [])]
+    session, initial = train(train_script, [*tiny_args, *flags])
     rates = {id(param): group["lr"] for group in session.optimizer.param_groups for param in group["params"]}
     backbone = {id(param) for param in session.model.backbone.parameters()}
-    assert backbone and set(rates) - backbone  # a backbone and a head
+    head = {id(param) for param in session.model.parameters()} - backbone
+    assert backbone and head and set(rates) == (head if freeze else head | backbone)  # a frozen one is left out
     for key, rate in rates.items():
         assert rate == pytest.approx(0.025 if key in backbone else 0.1)
     assert records(session.run_dir, "train")[0]["lr"] == pytest.approx(0.1)  # the peak rate, not the backbone's
     assert {group["weight_decay"] for group in session.optimizer.param_groups} == {0.0, decay}
     assert json.loads((session.run_dir / "args.json").read_text())["weight_decay"] == decay
-
-
-def test_frozen_backbone_is_left_out_and_unchanged(train_script, tiny_args):
-    session, initial = train(train_script, [*tiny_args, "--freeze-backbone", "--max-steps-per-epoch", "2"])
-    in_optimizer = {id(param) for group in session.optimizer.param_groups for param in group["params"]}
-    backbone = {id(p) for p in session.model.backbone.parameters()}
-    assert backbone and not any(p.requires_grad for p in session.model.backbone.parameters())
-    assert in_optimizer == {id(p) for p in session.model.parameters() if id(p) not in backbone}
-    moved = changed(session.model, initial)
-    assert moved and not {name for name, p in session.model.named_parameters() if id(p) in backbone} & moved
+    moved = {id(param) for name, param in session.model.named_parameters() if name in changed(session.model, initial)}
+    assert moved & head and bool(moved & backbone) != freeze
+    assert all(param.requires_grad != freeze for param in session.model.backbone.parameters())
 
 
 @pytest.fixture
@@ -243,20 +238,25 @@ def backend_flags(monkeypatch):
     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
 
 
-def test_seeds_and_deterministic_mode(train_script, tiny_args, tmp_path, backend_flags):
-    """The same seed gives the same losses, another seed others; --deterministic sets the global flags, else not."""
-    losses = {}
-    for name, seed, extra in (("c", 2, ["--deterministic"]), ("a", 1, []), ("b", 1, [])):
-        argv = [*tiny_args, "--seed", str(seed), "--max-steps-per-epoch", "3", "--log-interval", "1", *extra]
-        assert train_script.main([*argv, "--output-dir", str(tmp_path / name)]) == 0
-        losses[name] = [r["loss"] for r in records(tmp_path / name / "run", "train")]
-        if name == "c":
+def test_seeds_deterministic_mode_and_runs_started_in_the_same_second(
+    train_script, tiny_args, tmp_path, monkeypatch, backend_flags
+):
+    """The same seed gives the same losses, another seed others; --deterministic sets the global flags, else not.
+    Runs named by the same second of their start get their own directories."""
+    monkeypatch.setattr(train_script.runs.time, "strftime", lambda fmt: "20260101-000000")
+    argv = [*tiny_args[: tiny_args.index("--run-name")], "--max-steps-per-epoch", "3", "--log-interval", "1"]
+    for seed, extra in ((2, ["--deterministic"]), (1, []), (1, [])):
+        assert train_script.main([*argv, "--seed", str(seed), *extra]) == 0
+        if extra:
             assert torch.are_deterministic_algorithms_enabled()
             assert not torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
             torch.use_deterministic_algorithms(False)  # a fresh process starts this way
     assert not torch.are_deterministic_algorithms_enabled()
     assert torch.backends.cudnn.benchmark and not torch.backends.cudnn.deterministic
-    assert len(losses["a"]) == 3 and losses["a"] == losses["b"] != losses["c"]
+    names = ["20260101-000000", "20260101-000000-2", "20260101-000000-3"]
+    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == names
+    deterministic, first, second = ([r["loss"] for r in records(tmp_path / "runs" / name, "train")] for name in names)
+    assert len(first) == 3 and first == second != deterministic
 
 
 def test_compile_trains_and_saves_bare_keys(train_script, tiny_args, monkeypatch):
@@ -274,31 +274,27 @@ def test_compile_trains_and_saves_bare_keys(train_script, tiny_args, monkeypatch
     assert keys == set(session.model.state_dict()) and not [key for key in keys if "_orig_mod" in key]
 
 
-def test_loader_workers_are_gone_after_a_run_whose_progress_bar_carries_the_numbers(
+def test_log_interval_counts_steps_over_a_resume_whose_bar_carries_the_numbers_and_whose_workers_end(
     train_script, tiny_args, after_step, capsys
 ):
-    before, during = set(multiprocessing.active_children()), []
-    after_step(lambda: during.append(len(set(multiprocessing.active_children()) - before)))
-    flags = ["--num-workers", "2", "--progress", "always", "--max-steps-per-epoch", "2"]
-    assert train_script.main([*tiny_args, *flags]) == 0
-    assert during == [2, 2]  # the training loader's workers
+    """5 optimizer steps of 2 micro-batches an epoch: every 2nd step (counted over the run) and an epoch's last."""
+    flags = ["--shapes-train-size", "80", "--batch-size", "8", "--accum-steps", "2", "--log-interval", "2"]
+    assert train_script.main([*tiny_args, *flags, "--progress", "auto"]) == 0  # auto: log lines without a terminal
+    assert len([line for line in capsys.readouterr().out.splitlines() if "efficiency" in line]) == 3
+    before, workers = set(multiprocessing.active_children()), []
+    after_step(lambda: workers.append(len(set(multiprocessing.active_children()) - before)))
+    resume = ["--resume", str(run_dir(tiny_args)), "--epochs", "2", "--device", "cpu", "--num-workers", "2"]
+    assert train_script.main([*resume, "--progress", "always"]) == 0
+    captured = capsys.readouterr()
+    assert re.search(r"epoch 1: +\d+%\|", captured.err) and "efficiency" not in captured.out  # a bar, no log lines
+    assert workers == [2] * 5  # the training loader's workers, at each step
     deadline = time.monotonic() + 10
     while set(multiprocessing.active_children()) - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not set(multiprocessing.active_children()) - before
-    captured = capsys.readouterr()
-    assert re.search(r"epoch 0: +\d+%\|", captured.err) and "efficiency" not in captured.out  # a bar, no log lines
-
-
-def test_log_interval_counts_optimizer_steps_in_log_lines_metrics_and_tensorboard(train_script, tiny_args, capsys):
-    """5 optimizer steps of 2 micro-batches an epoch: every 2nd step (counted over the run) and an epoch's last."""
-    flags = ["--shapes-train-size", "80", "--batch-size", "8", "--accum-steps", "2", "--log-interval", "2"]
-    argv = [*tiny_args, *flags, "--epochs", "2", "--progress", "auto"]  # auto: log lines without a terminal
-    assert train_script.main(argv) == 0
-    logged = [(r["epoch"], r["step"]) for r in records(run_dir(argv), "train")]
+    logged = [(r["epoch"], r["step"]) for r in records(run_dir(tiny_args), "train")]
     assert logged == [(0, 2), (0, 4), (0, 5), (1, 6), (1, 8), (1, 10)]
-    assert len([line for line in capsys.readouterr().out.splitlines() if "efficiency" in line]) == 6
-    events = EventAccumulator(str(run_dir(argv)))
+    events = EventAccumulator(str(run_dir(tiny_args)))
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {"train/loss", "train/lr", "train/samples_per_s", "train/compute_efficiency", "val/accuracy"} <= tags
