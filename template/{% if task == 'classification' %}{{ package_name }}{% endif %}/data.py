@@ -125,9 +125,9 @@ def build_datasets(
         made = {split: _torchvision_dataset(name, data_dir, split, transforms[split], download) for split in splits}
         return DataSplits(made.get("train"), made.get("val"), list(made[splits[0]].classes), prep.channels or channels)
     found = sorted({label for _, label, _ in rows})
-    if classes is not None and (unknown := [label for label in found if label not in classes]):
-        raise UsageError(f"{root}: class {unknown[0]!r} is not one of the model's {len(classes)}: {', '.join(classes)}")
     classes = found if classes is None else classes
+    if unknown := [label for label in found if label not in classes]:
+        raise UsageError(f"{root}: class {unknown[0]!r} is not one of the model's {len(classes)}: {', '.join(classes)}")
     rows, chosen = assign_splits(rows, root, held_out, val_fraction)
     index = {name: i for i, name in enumerate(classes)}
     samples = {s: [(str(root / path), index[label]) for path, label, where in rows if where == s] for s in splits}
