@@ -80,7 +80,7 @@ def build_split_loaders(
     """Training loader (Seeded(train)'s items, batched by `collate_fn`) and validation loader; `options` go to both.
 
     Each process gets its share: training padded to the same number of batches on every rank, validation unpadded
-    so each sample is counted once. UsageError when a share is smaller than one batch.
+    so each sample is counted once. UsageError when a share is smaller than one batch. Worker processes start here.
     """
     sampler = SeededSampler(len(train), seed, rank, world_size)  # keys (index, seed)
     val_sampler = range(rank, len(val), world_size) if world_size > 1 else None
@@ -91,6 +91,11 @@ def build_split_loaders(
         share = f" {sampler.num_samples} per process," if world_size > 1 else ""
         size = f"--batch-size {batch_size}" + (", per process" if world_size > 1 else "")
         raise UsageError(f"the training set has {len(train)} images,{share} fewer than one batch ({size})")
+    # Fork the (persistent) workers now, before the loop's threads and collectives: on Python < 3.11.10 a fork while
+    # a gloo or NCCL thread takes the GIL hangs the child in fork() (python/cpython#112275; seen at a first validation).
+    for loader in (train_loader, val_loader):
+        if loader.num_workers > 0:
+            iter(loader)  # its first batches are loaded again: the loop's iter() starts the epoch afresh
     return train_loader, val_loader
 
 
