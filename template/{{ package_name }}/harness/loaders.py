@@ -91,8 +91,8 @@ def build_split_loaders(
         share = f" {sampler.num_samples} per process," if world_size > 1 else ""
         size = f"--batch-size {batch_size}" + (", per process" if world_size > 1 else "")
         raise UsageError(f"the training set has {len(train)} images,{share} fewer than one batch ({size})")
-    # Fork the (persistent) workers now, before the loop's threads and collectives: on Python < 3.11.10 a fork while
-    # a gloo or NCCL thread takes the GIL hangs the child in fork() (python/cpython#112275; seen at a first validation).
+    # Fork the (persistent) workers now, before the loop's collectives and threads: on Python < 3.11.10 a fork while a
+    # thread takes the GIL afresh (a gloo thread, it seems) can hang the child in fork() (python/cpython#112275).
     for loader in (train_loader, val_loader):
         if loader.num_workers > 0:
             iter(loader)  # its first batches are loaded again: the loop's iter() starts the epoch afresh
