@@ -287,7 +287,7 @@ def test_log_interval_counts_steps_over_a_resume_whose_bar_carries_the_numbers_a
     assert train_script.main([*resume, "--progress", "always"]) == 0
     captured = capsys.readouterr()
     assert re.search(r"epoch 1: +\d+%\|", captured.err) and "efficiency" not in captured.out  # a bar, no log lines
-    assert workers == [4] * 5  # both loaders' workers, started with them (harness.loaders), at each step
+    assert workers == [4] * 5  # both loaders' workers (validation's start with the loaders), at each step
     deadline = time.monotonic() + 10
     while set(multiprocessing.active_children()) - before and time.monotonic() < deadline:
         time.sleep(0.05)

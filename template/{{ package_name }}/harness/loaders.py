@@ -80,7 +80,7 @@ def build_split_loaders(
     """Training loader (Seeded(train)'s items, batched by `collate_fn`) and validation loader; `options` go to both.
 
     Each process gets its share: training padded to the same number of batches on every rank, validation unpadded
-    so each sample is counted once. UsageError when a share is smaller than one batch. Worker processes start here.
+    so each sample is counted once. UsageError when a share is smaller than one batch. Validation's workers start here.
     """
     sampler = SeededSampler(len(train), seed, rank, world_size)  # keys (index, seed)
     val_sampler = range(rank, len(val), world_size) if world_size > 1 else None
@@ -91,11 +91,11 @@ def build_split_loaders(
         share = f" {sampler.num_samples} per process," if world_size > 1 else ""
         size = f"--batch-size {batch_size}" + (", per process" if world_size > 1 else "")
         raise UsageError(f"the training set has {len(train)} images,{share} fewer than one batch ({size})")
-    # Fork the (persistent) workers now, before the loop's collectives and threads: on Python < 3.11.10 a fork while a
-    # thread takes the GIL afresh (a gloo thread, it seems) can hang the child in fork() (python/cpython#112275).
-    for loader in (train_loader, val_loader):
-        if loader.num_workers > 0:
-            iter(loader)  # its first batches are loaded again: the loop's iter() starts the epoch afresh
+    # Fork the (persistent) validation workers now, not right after an epoch's collectives: on Python < 3.11.10 a fork
+    # while a thread takes the GIL afresh (a gloo thread, it seems) can hang the child (python/cpython#112275). The
+    # training workers start with the first epoch: forked here too, they would race this pin-memory thread's start.
+    if val_loader.num_workers > 0:
+        iter(val_loader)  # its first batches are loaded again at the first validation
     return train_loader, val_loader
 
 
