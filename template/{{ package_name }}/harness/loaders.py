@@ -93,7 +93,7 @@ def build_split_loaders(
         raise UsageError(f"the training set has {len(train)} images,{share} fewer than one batch ({size})")
     # Fork the (persistent) validation workers now, not right after an epoch's collectives: on Python < 3.11.10 a fork
     # while a thread takes the GIL afresh (a gloo thread, it seems) can hang the child (python/cpython#112275). The
-    # training workers start with the first epoch: forked here too, they would race this pin-memory thread's start.
+    # training workers start with the first epoch: forked here too, they would race validation's pin-memory thread.
     if val_loader.num_workers > 0:
         iter(val_loader)  # its first batches are loaded again at the first validation
     return train_loader, val_loader
