@@ -66,6 +66,14 @@ def machine(device: str) -> dict[str, Any]:
     return info
 
 
+def timed_out(err: subprocess.TimeoutExpired) -> str:
+    """What a command printed before its timeout (bytes on POSIX, even with text=True), after saying so."""
+    printed = err.stdout or b""
+    if isinstance(printed, bytes):
+        printed = printed.decode(errors="replace")
+    return f"timed out after {err.timeout:.0f} s\n{printed}"
+
+
 def run_tests(project: Path, files: list[str], report: Path, timeout: float) -> dict[str, Any]:
     """Run the project's own pytest on `files`; counts from its JUnit XML, and the failed tests' names."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *files]
@@ -74,7 +82,7 @@ def run_tests(project: Path, files: list[str], report: Path, timeout: float) -> 
         result = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=timeout)
         output, exit_code = result.stdout + result.stderr, result.returncode
     except subprocess.TimeoutExpired as err:
-        output, exit_code = f"timed out after {timeout:.0f} s\n{err.stdout or ''}", None
+        output, exit_code = timed_out(err), None
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     failed = []
     if report.exists():
@@ -96,7 +104,10 @@ def run_benchmark(opts: argparse.Namespace, path: Path, budget: float) -> dict[s
     command += ["--time-budget", str(max(60.0, budget))]
     if opts.quick:
         command += ["--quick", "--models", "default"]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(120.0, budget + 240))
+    try:
+        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(120.0, budget + 240))
+    except subprocess.TimeoutExpired as err:  # the tests' results still make the report
+        return {"ok": False, "output_tail": timed_out(err)[-3000:]}
     if result.returncode != 0 or not path.exists():
         return {"ok": False, "output_tail": (result.stdout + result.stderr)[-3000:]}
     return {"ok": True, **json.loads(path.read_text())}

@@ -122,3 +122,19 @@ def test_gpu_check_smoke_on_cpu(tmp_path):
     assert model["generated"]["images_per_s"] > 0 and model["bare"]["images_per_s"] > 0
     assert model["train_gflop_per_image"] > 0 and isinstance(model["ratio_vs_bare"], float)
     assert "| ddp | test_cuda.py, test_efficiency.py |" in (tmp_path / "gpu-check.md").read_text()
+
+
+def test_gpu_check_reports_a_command_that_runs_past_its_time(monkeypatch, tmp_path):
+    """A hung benchmark or test run is a failed row in the report, with what it printed, not a lost report."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import gpu_check
+
+    def hang(command, timeout, **kwargs):
+        raise subprocess.TimeoutExpired(command, timeout, output=b"step 3 of 10\n")  # bytes, as on POSIX
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", hang)
+    opts = gpu_check.get_args_parser().parse_args(["--device", "cpu", "--quick"])
+    benchmark = gpu_check.run_benchmark(opts, tmp_path / "gpu.json", budget=60)
+    assert benchmark == {"ok": False, "output_tail": "timed out after 300 s\nstep 3 of 10\n"}
+    tests = gpu_check.run_tests(tmp_path, ["tests/test_cuda.py"], tmp_path / "report.xml", timeout=5)
+    assert not tests["ok"] and tests["output_tail"] == "timed out after 5 s\nstep 3 of 10\n"
