@@ -39,11 +39,11 @@ gpu-check: $(BIN)/.installed
 	$(BIN)/python benchmarks/gpu_check.py
 endif
 
-gpu-wheels: $(BIN)/.installed
+gpu-wheels:  # downloads only: any pip will do, no .venv needed
 	rm -rf build/wheels
-	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir build/wheels prefetch_generator
+	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir build/wheels prefetch_generator
 	for version in 3.11 3.12 3.13; do \
-		$(BIN)/python -m pip download --quiet --dest build/wheels --only-binary=:all: \
+		$(PYTHON) -m pip download --quiet --dest build/wheels --only-binary=:all: \
 			--python-version $$version $(PLATFORMS) $(GPU_WHEELS) || exit 1; \
 	done
 
