@@ -211,6 +211,7 @@ def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(finished, train_scr
     assert train_script.main(["--epochs", "4", "--resume", str(directory)]) == 1
     err = capsys.readouterr().err.strip()
     assert "loss is nan at step 20" in err and len(err.splitlines()) == 1
+    assert err.endswith(f"checkpoint {directory / 'last.pt'} is intact; resume: python train.py --resume {directory}")
     assert (directory / "last.pt").read_bytes() == good
 
 
@@ -348,7 +349,7 @@ BAD_INPUTS = [
     (["--output-dir", "{tmp}/a-file"], "is a file, not a directory"),
     (["--output-dir", "{tmp}/a-file/runs"], "a-file, a file, not a directory"),
     (["--device", "tpu"], "is not a device"),
-    (["--data-dir", "{tmp}/no-images"], "has no images"),
+    (["--data-dir", "{tmp}/no-images"], "has a class folder without images"),
     (["--run-name", "../escape"], "must be a plain directory name"),
     (["--output-dir", "{tmp}", "--run-name", "empty"], "empty already exists; pick another --run-name"),
     (["--seed", "-1"], "--seed: must be in [0, 4294967295]"),

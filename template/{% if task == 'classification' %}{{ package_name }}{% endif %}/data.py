@@ -18,7 +18,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 
 from . import UsageError
-from .harness.images import SkipsUnreadable, is_hidden, is_image_name
+from .harness.images import SkipsUnreadable, is_hidden, is_image_name, same_files
 from .harness.samplers import hold_out
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, Preprocessing, build_transforms
@@ -114,16 +114,17 @@ def build_datasets(
         root, rows = read_labels(labels, data_dir, columns)
     elif data_dir is None:
         raise UsageError(f"--dataset {name} needs --data-dir")
-    elif name == "imagefolder" and ((data_dir / "train").is_dir() or (data_dir / "val").is_dir()):  # its own split
+    elif name == "imagefolder" and split_folders(data_dir):  # its own split
         root, rows = data_dir, [row for split in splits for row in class_folders(data_dir, split)]
-        per_split = [{label for _, label, where in rows if where == split} for split in splits]
-        if odd := sorted(set.union(*per_split) - set.intersection(*per_split)):  # classes that one split lacks
-            raise UsageError(f"{data_dir}/train and val/ have different class folders: {', '.join(odd)} in one only")
     elif name == "imagefolder":
         root, rows = data_dir, class_folders(data_dir)
     else:
         made = {split: _torchvision_dataset(name, data_dir, split, transforms[split], download) for split in splits}
         return DataSplits(made.get("train"), made.get("val"), list(made[splits[0]].classes), prep.channels or channels)
+    per_split = [{label for _, label, where in rows if where == split} for split in splits]
+    if all(per_split) and (odd := sorted(set.union(*per_split) - set.intersection(*per_split))):  # one split lacks
+        given = f"{labels}: its train and val rows" if name == "csv" else f"{data_dir}/train and val/"
+        raise UsageError(f"{given} have different classes: {', '.join(odd)} in one only")
     found = sorted({label for _, label, _ in rows})
     classes = found if classes is None else classes
     if unknown := [label for label in found if label not in classes]:
@@ -156,7 +157,8 @@ def validation_split(
     """The images test.py evaluates (.val): the validation split of checkpoint `state`'s run, or other data.
 
     Other data (`data_dir` or the `labels` CSV) gives its val split, or all its images, labelled among the
-    checkpoint's classes; data holding every image the run held out gives those alone. `options`: build_datasets'.
+    checkpoint's classes; data holding every image the run held out (the same files, where the run's folder still
+    has them) gives those alone. `options`: build_datasets'.
     """
     trained = state["args"]
     options = {**run_options(trained), **options}
@@ -167,9 +169,19 @@ def validation_split(
     torchvision_run = labels is None and trained["dataset"] in TORCHVISION_DATASETS  # its test split under data_dir
     name = dataset_name(trained["dataset"] if torchvision_run else None, data_dir, labels)
     options.update(labels=labels, val_fraction=1.0, classes=state["classes"])  # a test set may lack some classes
-    with contextlib.suppress(HeldOutGoneError):  # the run's data again, moved say: never the images it trained on
-        return build_datasets(name, data_dir, prep, splits=("val",), **options, held_out=state.get("held_out") or None)
-    return build_datasets(name, data_dir, prep, splits=("val",), **options)
+    if held_out := state.get("held_out"):  # the run's data again, moved say: never the images it trained on
+        original = Path(trained["data_dir"] or Path(trained["labels"]).parent)  # where the run read them
+        with contextlib.suppress(HeldOutGoneError):
+            split = build_datasets(name, data_dir, prep, splits=("val",), **options, held_out=held_out)
+            if same_files(held_out, data_dir or labels.parent, original):  # not a test set named alike
+                return split
+    return build_datasets(name, data_dir, prep, splits=("val",), **options)._replace(held_out=[])
+
+
+def split_folders(data_dir: Path) -> bool:
+    """Whether DIR holds DIR/train/ and DIR/val/ (DIR/test/ beside them is left alone), not a class named train."""
+    found = {path.name for path in data_dir.glob("*/") if not is_hidden(path.name)}
+    return {"train", "val"} <= found or bool(found & {"train", "val"}) and found <= {"train", "val", "test"}
 
 
 def class_folders(root: Path, split: str | None = None) -> list[tuple[str, str, str | None]]:
@@ -185,7 +197,7 @@ def class_folders(root: Path, split: str | None = None) -> list[tuple[str, str, 
         index = {name: i for i, name in enumerate(classes)}
         samples = datasets.folder.make_dataset(str(folder), index, is_valid_file=partial(is_image_name, folder=folder))
     except FileNotFoundError as err:  # a class folder without images
-        raise UsageError(f"image folder {folder} has no images: {err}") from None
+        raise UsageError(f"image folder {folder} has a class folder without images: {err}") from None
     return [(Path(path).relative_to(root).as_posix(), classes[label], split) for path, label in samples]
 
 

@@ -30,6 +30,8 @@ class Tiling:
     def __post_init__(self) -> None:
         if not self.size > 2 * self.overlap >= 0:
             raise UsageError(f"tiles need --tile > 2 * --overlap >= 0, not {self.size} and {self.overlap}")
+        if self.size < self.overlap + self.multiple:  # tiles a grid step apart would leave pixels out or overlap less
+            raise UsageError(f"--tile {self.size}: the U-Net's grid needs --tile >= --overlap + {self.multiple}")
 
 
 @torch.no_grad()

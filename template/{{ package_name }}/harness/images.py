@@ -1,6 +1,7 @@
 """Image files as they come (any mode, EXIF-rotated, some unreadable): read_image() opens every one."""
 
 import contextlib
+import filecmp
 import os
 import sys
 from collections.abc import Callable
@@ -36,6 +37,15 @@ def list_images(folder: Path) -> list[Path]:
     """Every image file under `folder` (is_image_name), any nesting, sorted; symlinked folders are followed."""
     found = (Path(top, name) for top, _, names in os.walk(folder, followlinks=True) for name in names)
     return sorted((path for path in found if is_image_name(path, folder) and path.is_file()), key=str)
+
+
+def same_files(paths: list[str], root: Path, original: Path | None, count: int = 16) -> bool:
+    """Whether `root` holds the bytes `original` holds under the first `count` of `paths`, where it still has them.
+
+    Tells a run's data, moved (its folder gone, or a copy), from a test set whose file names are the same.
+    """
+    paths = [path for path in paths[:count] if original is not None and (original / path).is_file()]
+    return all(filecmp.cmp(root / path, original / path, shallow=False) for path in paths)
 
 
 class UnreadableImageError(UsageError):

@@ -39,7 +39,7 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
 
 
 def leave_stop_signals_to_the_main_process(exiting: Any, then: Callable[[int], None] | None, worker_id: int) -> None:
-    """In a DataLoader worker: ignore SIGINT, and SIGTERM until `exiting.value` is 1; then call `then`.
+    """In a DataLoader worker: ignore SIGINT, and SIGTERM until `exiting.value` is 1 (then exit 0); call `then`.
 
     SLURM, a terminal, `kill -- -PGID` and torchrun signal every process: a worker that died of it would end the run
     in a traceback, not after the step with last.pt written. A worker whose main process died stops by itself.
@@ -47,9 +47,8 @@ def leave_stop_signals_to_the_main_process(exiting: Any, then: Callable[[int], N
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def on_sigterm(signum: int, frame: object) -> None:
-        if exiting.value:  # the main process is ending its workers: die of it as before
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+        if exiting.value:  # the main process is ending its workers: exit 0, as a worker killed by a signal makes
+            os._exit(0)  # torch's SIGCHLD handler raise in the main process (a traceback after a run's error line)
 
     signal.signal(signal.SIGTERM, on_sigterm)
     if then is not None:

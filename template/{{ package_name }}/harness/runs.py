@@ -166,12 +166,12 @@ def check_same_classes(classes: list[str], saved: list[str]) -> None:
         raise UsageError(f"the data's classes are not the run's: {why}; start a new run")
 
 
-def what_is_kept(run_dir: Path) -> str:
-    """After a failed write: which checkpoint is intact, and how to go on from it."""
-    last = run_dir / "last.pt"
-    if not last.is_file():
+def what_is_kept(run_dir: Path, then: str = "free some space and resume") -> str:
+    """After a failed write or a stop: the intact checkpoint (last.pt, else epoch 1's best.pt) and how to go on."""
+    if not (kept := [path for path in (run_dir / "last.pt", run_dir / "best.pt") if path.is_file()]):
         return f"no checkpoint had been written yet in {run_dir}"
-    return f"the last good checkpoint {last} is intact; free some space and resume: {resume_command(run_dir)}"
+    resume = resume_command(run_dir if kept[0].name == "last.pt" else kept[0])
+    return f"the last good checkpoint {kept[0]} is intact; {then}: {resume}"
 
 
 def resume_command(path: Path) -> str:

@@ -42,15 +42,15 @@ class RunLogger:
     """Writes what a run reports; on other processes than the main one every method does nothing."""
 
     def __init__(
-        self, run_dir: Path, main: bool, progress: str, world_size: int, accum_steps: int, resumed_step: int | None
+        self, run_dir: Path, main: bool, progress: str, world_size: int, accum_steps: int, resumed_step: int
     ) -> None:
-        """`progress`: auto, always or never; what a crash logged after `resumed_step` (a cut line too) is dropped."""
+        """`progress`: auto, always or never; what a crash logged after `resumed_step` (0: a fresh run) is dropped."""
         self.main_process, self.world_size, self.accum_steps = main, world_size, accum_steps
         self.show_bar = main and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
         self.run_dir, self.metrics_file = run_dir, run_dir / "metrics.jsonl"
         if not main:
             return
-        if resumed_step is not None and self.metrics_file.is_file():
+        if self.metrics_file.is_file():  # a crashed attempt's, or a cut line
             text = self.metrics_file.read_text()
             rows, kept = text.splitlines(), []
             for row in rows:
@@ -63,8 +63,7 @@ class RunLogger:
                 self.print(f"dropped {dropped} rows logged after step {resumed_step} from {self.metrics_file}")
         with self._writing_events():
             run_dir.mkdir(parents=True, exist_ok=True)
-            purge = None if resumed_step is None else resumed_step + 1
-            self.writer = SummaryWriter(str(run_dir), purge_step=purge)
+            self.writer = SummaryWriter(str(run_dir), purge_step=resumed_step + 1)
 
     def record_start(self, args: Any, model: nn.Module, device: torch.device, step: int, held_out: list[str]) -> None:
         """Print and save the arguments, the environment and a new run's `held_out` images; print the model summary."""
