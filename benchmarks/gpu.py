@@ -130,7 +130,7 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
     flops = train_flops_per_image(model, x.contiguous(memory_format=torch.channels_last), y, autocast)
 
     wrapped = train.distributed.wrap(model, device, compile=args.compile)  # as train.py's setup() does
-    logger = train.RunLogger(workdir / "runs" / name, True, args.progress, 1, args.accum_steps, None)  # 1 process
+    logger = train.RunLogger(workdir / "runs" / name, True, args.progress, 1, args.accum_steps, 0)  # 1 process
     session = train.Session(
         model=model,
         wrapped=wrapped,

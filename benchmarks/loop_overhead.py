@@ -65,7 +65,8 @@ same way: the default Restorer (a U-Net that returns its loss when given the cle
 built-in shapes with Gaussian noise, as (degraded, clean) batches. Its bare loop's step is
 zero_grad, loss = model(degraded, clean).mean(), backward, step; its bare evaluation sums the pixel (L1)
 loss and PSNR and SSIM of the restored and of the degraded images, with the project's own ops
-functions, as validate() does. The near-zero model is a 4-channel, one-level U-Net on 8x8 patches.
+functions, as validate() does. The near-zero model is a 4-channel, one-level U-Net on 16x16 patches
+(SSIM, which validation scores, needs 11 or more).
 """
 
 import argparse
@@ -327,14 +328,14 @@ def run_bare_eval(session: Any, memory_format: torch.memory_format, ops: ModuleT
 def micro_session(train: ModuleType, opts: argparse.Namespace, workdir: Path) -> tuple[Any, Any, argparse.Namespace]:
     """A session whose steps cost almost nothing, so that what each loop adds per step shows.
 
-    A 4-channel Classifier (restoration: a one-level U-Net) on 8x8 images in batches of 8, fed
+    A 4-channel Classifier on 8x8 images (restoration: a one-level U-Net, 16x16) in batches of 8, fed
     from images made once and held in a TensorDataset (the project's sampler, default collation):
     a step takes about 2 ms, data loading a small part of it.
     """
-    size_flag = "--patch-size" if opts.task == "restoration" else "--img-size"  # the flags differ by task
+    size = ["--patch-size", "16"] if opts.task == "restoration" else ["--img-size", "8"]  # SSIM needs 11 or more
     args = train.get_args_parser().parse_args(
         [
-            "--device", opts.device, "--batch-size", str(MICRO_BATCH), size_flag, "8", "--widths", "4",
+            "--device", opts.device, "--batch-size", str(MICRO_BATCH), *size, "--widths", "4",
             "--shapes-train-size", str(opts.micro_steps * MICRO_BATCH), "--shapes-val-size", str(MICRO_BATCH),
             "--epochs", "1000", "--progress", "always",
             "--output-dir", str(workdir / "runs"), "--run-name", "micro",

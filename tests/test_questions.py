@@ -3,6 +3,12 @@
 pytest tests/test_questions.py
 """
 
+import ast
+import builtins
+import json
+import re
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -36,21 +42,47 @@ def test_model_module_is_snake_case(tmp_path, model_name, module):
     assert f"class {model_name}(nn.Module)" in (project / "shape_classifier" / f"{module}.py").read_text()
 
 
-def test_every_module_of_the_project_is_a_reserved_name(tmp_path):
-    """A package or model module named like one of the project's modules would shadow it on import."""
+def bound_names(project: Path) -> tuple[set[str], set[str]]:
+    """(every name its Python files and notebooks import, define or use; the names its notebooks assign)."""
+    notebooks = []
+    for path in project.rglob("*.ipynb"):
+        cells = json.loads(path.read_text())["cells"]
+        notebooks.append("\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"))
+    names, assigned = set(), set()
+    for source in [*(path.read_text() for path in project.rglob("*.py")), *notebooks]:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, (ast.ClassDef, ast.Name)):
+                names.add(node.name if isinstance(node, ast.ClassDef) else node.id)
+                if source in notebooks and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    assigned.add(node.id)
+    return names, assigned
+
+
+@pytest.mark.parametrize("task", ["classification", "restoration"])
+def test_every_name_the_project_binds_is_reserved(tmp_path, task):
+    """A package or model module named like a module of the project or a notebook's variable (the notebooks import
+    the model module), or a model class named like a class the project imports or defines, would shadow it."""
     config = yaml.safe_load((REPO / "copier.yml").read_text())
-    reserved = set(yaml.safe_load(config["reserved_module_names"]["default"]))
-    project = render(tmp_path / "p")
+    reserved = {kind: set(yaml.safe_load(config[f"reserved_{kind}_names"]["default"])) for kind in ("module", "class")}
+    modules, classes = reserved["module"], reserved["class"]
+    project = render(tmp_path / "p", task=task, model_name="Zqmodel")
     package = answers(project)["package_name"]
-    modules = {path.stem for path in (project / package).glob("*.py")} - {"__init__", answers(project)["model_module"]}
-    scripts = {path.stem for path in project.glob("*.py")}
-    assert modules | scripts | {"tests"} <= reserved, sorted((modules | scripts) - reserved)
+    files = {path.stem for path in [*(project / package).glob("*.py"), *project.glob("*.py")]} - {"__init__", "zqmodel"}
+    names, notebook_variables = bound_names(project)
+    notebook_variables = {name for name in notebook_variables if re.fullmatch("[a-z][a-z0-9_]+", name)}
+    assert files | notebook_variables | {"tests"} <= modules, sorted((files | notebook_variables) - modules)
+    capwords = {name for name in names | set(dir(builtins)) if re.fullmatch("[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*", name)}
+    assert capwords - {"Zqmodel", "ZqmodelConfig"} <= classes, sorted(capwords - classes)
 
 
 def test_package_name_derives_from_project_name(tmp_path):
     project = render(tmp_path / "p", project_name="My Cool-Model 2")
     assert answers(project)["package_name"] == "my_cool_model_2"
     assert (project / "my_cool_model_2" / "layers.py").is_file()
+    project = render(tmp_path / "long", project_name="Retinal Fundus Image Quality Classifier")
+    assert answers(project)["package_name"] == "retinal_fundus_image_quality_cla"  # cut to 32 characters
 
 
 LICENSES = [("MIT", "MIT License"), ("Apache-2.0", "Apache License"), ("BSD-3-Clause", "BSD 3-Clause")]
@@ -89,6 +121,13 @@ BAD_ANSWERS = [
     ({"model_name": "Data"}, "collides with a module"),
     ({"model_name": "Shapes"}, "collides with a module"),
     ({"model_name": "Samplers"}, "collides with a module"),
+    ({"model_name": "Model"}, "collides with a module"),  # the notebooks' `model`
+    ({"model_name": "UNet"}, "is a name the generated code already uses"),  # networks.py's, in restoration
+    ({"model_name": "Image"}, "is a name the generated code already uses"),  # PIL's
+    ({"model_name": "None"}, "is a name the generated code already uses"),
+    ({"author_name": 'Ann "AJ" Lee'}, "author_name must not contain double quotes"),
+    ({"author_email": 'a"b@example.com'}, "author_email must look like"),
+    ({"description": "d" * 95}, "project_name and description must be at most 110 characters together"),
     ({"model_module": "train"}, "collides with a module"),
     ({"model_module": "shape_classifier"}, "must differ from package_name"),
     ({"author_email": "nobody"}, "author_email must look like"),

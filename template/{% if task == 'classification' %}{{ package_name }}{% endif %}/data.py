@@ -180,7 +180,7 @@ def validation_split(
 
 def split_folders(data_dir: Path) -> bool:
     """Whether DIR holds DIR/train/ and DIR/val/ (DIR/test/ beside them is left alone), not a class named train."""
-    found = {path.name for path in data_dir.glob("*/") if not is_hidden(path.name)}
+    found = {path.name for path in data_dir.glob("*") if path.is_dir() and not is_hidden(path.name)}
     return {"train", "val"} <= found or bool(found & {"train", "val"}) and found <= {"train", "val", "test"}
 
 
