@@ -162,6 +162,13 @@ def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
     assert (saved["epoch"], saved["best_score"]) == (best[0], pytest.approx(best[1]))
 
 
+def test_a_moving_average_without_an_update_is_neither_validated_nor_saved(train_script, tiny_args):
+    flags = ["--ema-decay", "0.9", "--ema-every", "5", "--max-steps-per-epoch", "2"]  # 2 steps: no update
+    session, _ = train(train_script, [*tiny_args, *flags])
+    assert torch.load(session.run_dir / "last.pt", weights_only=True)["ema"] is None  # test.py scores the weights
+    assert not records(session.run_dir, "val_ema") and records(session.run_dir, "val")
+
+
 @pytest.mark.parametrize("clip", [None, 0.01])
 def test_clip_grad_norm_bounds_the_step(train_script, tiny_args, clip):
     """Plain SGD at lr 1 moves the weights by exactly the gradient: with clipping its norm is the limit."""

@@ -71,6 +71,13 @@ class TorchvisionClassifier(nn.Module):
         setattr(self.backbone.get_submodule(parent), attribute, nn.Identity())
         features = final.weight.shape[1]  # a weight (out, in) or (out, in, 1, 1)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(features, num_classes))
+        try:  # one image through it now: a size too small for its layers stops here, not at the first step
+            with torch.no_grad():
+                self.backbone.eval()(torch.zeros(1, 3, image_size, image_size))
+        except (ValueError, RuntimeError) as err:
+            why = str(err).strip().splitlines()[0]
+            raise UsageError(f"--backbone {name} cannot be built for {image_size}x{image_size} images: {why}") from None
+        self.backbone.train()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map images (N, 3, H, W) to logits (N, num_classes)."""

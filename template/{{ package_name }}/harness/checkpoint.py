@@ -69,7 +69,7 @@ def training_state(
         "classes": session.classes,
         "held_out": session.held_out,
         "preprocessing": session.prep.to_dict(),
-        "ema": ema.module.state_dict() if ema is not None else None,
+        "ema": ema.module.state_dict() if ema is not None and ema.n_averaged > 0 else None,  # none before an update
         "ema_updates": ema.n_averaged.item() if ema is not None else 0,
         "optimizer": session.optimizer.state_dict(),
         "scheduler": session.scheduler.state_dict(),
@@ -172,7 +172,7 @@ def restore(
     if diffs:
         raise UsageError("checkpoint was trained with a different model config: " + ", ".join(diffs))
     model.load_state_dict(state["model"])
-    if ema is not None:
+    if ema is not None and state["ema"] is not None:  # None: the average had no update yet
         ema.module.load_state_dict(state["ema"])
         ema.n_averaged.fill_(state["ema_updates"])
     optimizer.load_state_dict(state["optimizer"])
