@@ -124,6 +124,7 @@ class SkipsUnreadable:
         except UnreadableImageError as err:
             if self.strict:
                 raise UnreadableImageError(f"{err}; --strict-data stops at the first unreadable file") from None
-            self.unreadable[index] = True
-            print(f"skipping an unreadable image: {err}", file=sys.stderr, flush=True)
+            if not self.unreadable[index]:  # another worker, reading it meanwhile, may have named it already
+                self.unreadable[index] = True
+                print(f"skipping an unreadable image: {err}", file=sys.stderr, flush=True)
             return None
