@@ -169,6 +169,13 @@ def test_a_moving_average_without_an_update_is_neither_validated_nor_saved(train
     assert not records(session.run_dir, "val_ema") and records(session.run_dir, "val")
 
 
+def test_a_resumed_plateau_schedule_takes_its_patience_from_a_new_patience(train_script, tiny_args):
+    session, _ = train(train_script, [*tiny_args, "--scheduler", "plateau", "--max-steps-per-epoch", "1"])
+    resume = ["--resume", str(session.run_dir), "--epochs", "2", "--patience", "3", "--device", "cpu"]
+    resumed, _ = train(train_script, resume)
+    assert (session.scheduler.patience, resumed.scheduler.patience) == (5, 1)  # at most --patience - 2
+
+
 @pytest.mark.parametrize("clip", [None, 0.01])
 def test_clip_grad_norm_bounds_the_step(train_script, tiny_args, clip):
     """Plain SGD at lr 1 moves the weights by exactly the gradient: with clipping its norm is the limit."""

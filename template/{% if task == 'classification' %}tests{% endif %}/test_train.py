@@ -196,19 +196,25 @@ def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_scri
     assert f"resume with: python train.py --resume {run_dir(tiny_args)}" in capsys.readouterr().out
 
 
-def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(finished, train_script, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("flags", [[], ["--log-interval", "50"]], ids=["at-a-log-step", "at-a-stop-signal"])
+def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
+    finished, train_script, tmp_path, monkeypatch, capsys, flags
+):
     directory = tmp_path / "run"
     shutil.copytree(finished[0], directory)
     good = (directory / "last.pt").read_bytes()
-    real_step = train_script.optimizer_step
+    real_step, steps = train_script.optimizer_step, []
 
-    def step_to_nan_weights(s, clip):  # step 19 trains, step 20's loss is nan
+    def step_to_nan_weights(s, clip):  # step 19 trains, step 20's loss is nan; a preemption then, before a log step
         real_step(s, clip)
         for param in s.model.parameters():
             param.detach().fill_(float("nan"))
+        steps.append(1)
+        if flags and len(steps) == 2:
+            sigterm_twice()
 
     monkeypatch.setattr(train_script, "optimizer_step", step_to_nan_weights)
-    assert train_script.main(["--epochs", "4", "--resume", str(directory)]) == 1
+    assert train_script.main(["--epochs", "4", "--resume", str(directory), *flags]) == 1
     err = capsys.readouterr().err.strip()
     assert "loss is nan at step 20" in err and len(err.splitlines()) == 1
     assert err.endswith(f"checkpoint {directory / 'last.pt'} is intact; resume: python train.py --resume {directory}")
