@@ -126,8 +126,8 @@ def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_av
     assert matrix.tobytes() == drawn["val/confusion_matrix"].tobytes()  # the same model, the same validation set
     shown = min(16, report["samples"] - round(report["accuracy"] * report["samples"]))  # the wrong ones
     tile_w, tile_h = test_script.figures.TILE + 4, test_script.figures.TILE + 4 + 2 * 12 + 2
-    mistakes = Image.open(beside / "mistakes.png")
-    assert mistakes.size == (min(8, shown) * (tile_w + 4) + 4, -(-shown // 8) * (tile_h + 4) + 4)
+    with Image.open(beside / "mistakes.png") as mistakes:
+        assert mistakes.size == (min(8, shown) * (tile_w + 4) + 4, -(-shown // 8) * (tile_h + 4) + 4)
 
 
 # Every random augmentation, a moving average and a step schedule (so that extending a run is exact too).
