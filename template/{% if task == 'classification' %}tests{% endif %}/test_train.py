@@ -196,9 +196,13 @@ def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_scri
     assert f"resume with: python train.py --resume {run_dir(tiny_args)}" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("flags", [[], ["--log-interval", "50"]], ids=["at-a-log-step", "at-a-stop-signal"])
+@pytest.mark.parametrize(
+    ("signal_at", "message"),  # the steps of this run: 1 is step 19, 2 step 20; the log step is 20, or 50
+    [(None, "loss is nan at step 20"), (2, "loss is nan at step 20"), (1, "the weights are not finite after step 19")],
+    ids=["at-a-log-step", "at-a-stop-signal", "weights-at-a-stop-signal"],
+)
 def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
-    finished, train_script, tmp_path, monkeypatch, capsys, flags
+    finished, train_script, tmp_path, monkeypatch, capsys, signal_at, message
 ):
     directory = tmp_path / "run"
     shutil.copytree(finished[0], directory)
@@ -210,13 +214,14 @@ def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
         for param in s.model.parameters():
             param.detach().fill_(float("nan"))
         steps.append(1)
-        if flags and len(steps) == 2:
+        if len(steps) == signal_at:
             sigterm_twice()
 
     monkeypatch.setattr(train_script, "optimizer_step", step_to_nan_weights)
+    flags = [] if signal_at is None else ["--log-interval", "50"]
     assert train_script.main(["--epochs", "4", "--resume", str(directory), *flags]) == 1
     err = capsys.readouterr().err.strip()
-    assert "loss is nan at step 20" in err and len(err.splitlines()) == 1
+    assert message in err and len(err.splitlines()) == 1
     assert err.endswith(f"checkpoint {directory / 'last.pt'} is intact; resume: python train.py --resume {directory}")
     assert (directory / "last.pt").read_bytes() == good
 

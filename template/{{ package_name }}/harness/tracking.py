@@ -23,7 +23,7 @@ from .checkpoint import OutputError, RunState, reason, write_atomic
 
 
 class NonFiniteLossError(Exception):
-    """The training loss became NaN or infinite."""
+    """The training loss, or the weights a step left, became NaN or infinite."""
 
 
 @dataclass
