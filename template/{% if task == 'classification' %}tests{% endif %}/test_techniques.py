@@ -300,14 +300,14 @@ def test_log_interval_counts_steps_over_a_resume_whose_bar_carries_the_numbers_a
     resume = ["--resume", str(run_dir(tiny_args)), "--epochs", "2", "--device", "cpu", "--num-workers", "2"]
     assert train_script.main([*resume, "--progress", "always"]) == 0
     captured = capsys.readouterr()
-    assert re.search(r"epoch 1: +\d+%\|", captured.err) and "efficiency" not in captured.out  # a bar, no log lines
+    assert re.search(r"epoch 2: +\d+%\|", captured.err) and "efficiency" not in captured.out  # a bar, no log lines
     assert workers == [4] * 5  # both loaders' workers (validation's start with the loaders), at each step
     deadline = time.monotonic() + 10
     while set(multiprocessing.active_children()) - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not set(multiprocessing.active_children()) - before
     logged = [(r["epoch"], r["step"]) for r in records(run_dir(tiny_args), "train")]
-    assert logged == [(0, 2), (0, 4), (0, 5), (1, 6), (1, 8), (1, 10)]
+    assert logged == [(1, 2), (1, 4), (1, 5), (2, 6), (2, 8), (2, 10)]  # as the val rows: 1 and 2
     events = EventAccumulator(str(run_dir(tiny_args)))
     events.Reload()
     tags = set(events.Tags()["scalars"])

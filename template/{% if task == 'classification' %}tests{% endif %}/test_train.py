@@ -74,7 +74,7 @@ def finished(train_script, tmp_path_factory) -> tuple[Path, str]:
 def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_average(
     finished, train_script, test_script, capsys
 ):
-    """TensorBoard gets each epoch's pictures of the saved average as test.py draws them, with mistakes.png."""
+    """TensorBoard gets each epoch's pictures of the saved average as test.py draws them, with its mistakes."""
     directory, out = finished
     assert '"batch_size": 16' in out  # the arguments are printed at start
     assert "efficiency" in out and "best val accuracy" in out and out.count("EMA val accuracy") == 3
@@ -122,11 +122,11 @@ def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_av
     for tag, image in drawn.items():
         logged = Image.open(io.BytesIO(events.Images(tag)[-1].encoded_image_string)).convert("RGB")
         assert logged.tobytes() == image.tobytes(), tag
-    matrix = Image.open(beside / "confusion_matrix.png").convert("RGB")
+    matrix = Image.open(beside / "report.confusion_matrix.png").convert("RGB")
     assert matrix.tobytes() == drawn["val/confusion_matrix"].tobytes()  # the same model, the same validation set
     shown = min(16, report["samples"] - round(report["accuracy"] * report["samples"]))  # the wrong ones
     tile_w, tile_h = test_script.figures.TILE + 4, test_script.figures.TILE + 4 + 2 * 12 + 2
-    with Image.open(beside / "mistakes.png") as mistakes:
+    with Image.open(beside / "report.mistakes.png") as mistakes:
         assert mistakes.size == (min(8, shown) * (tile_w + 4) + 4, -(-shown // 8) * (tile_h + 4) + 4)
 
 
@@ -178,7 +178,7 @@ def test_resume_is_bit_exact_with_every_augmentation_also_after_sigterm_mid_epoc
         saved = torch.load(directory / "last.pt", weights_only=True)["args"]
         assert (saved["img_size"], saved["batch_size"], saved["widths"], saved["cutmix_alpha"]) == (16, 16, [8, 16], 1)
         assert saved["random_resized_crop"] == [0.5, 1.0] and saved["device"] == "auto"  # this invocation's
-        assert (directory / "args-resume-step6.json").is_file()  # the first run's args.json is kept
+        assert {"args-resume-step6.json", "environment-resume-step6.json"} <= {p.name for p in directory.iterdir()}
         assert json.loads((directory / "args.json").read_text())["random_resized_crop"] == [0.5, 1.0]
 
 
@@ -400,9 +400,10 @@ def bad_input_dir(tmp_path_factory) -> Path:
         (tmp / "no-images" / split / "some_class").mkdir(parents=True)
     (tmp / "corrupt.pt").write_bytes(os.urandom(256))
     torch.save({"model": {}, "model_name": "M", "model_config": {}, "classes": [], "args": {}}, tmp / "model.pt")
-    write_images(tmp / "unreadable-val" / "train" / "some_class", ["0"], 0)
-    (tmp / "unreadable-val" / "val" / "some_class").mkdir(parents=True)
-    (tmp / "unreadable-val" / "val" / "some_class" / "0.png").write_bytes(b"not a PNG")
+    for name in ("a_class", "another"):
+        write_images(tmp / "unreadable-val" / "train" / name, ["0"], 0)
+        (tmp / "unreadable-val" / "val" / name).mkdir(parents=True)
+        (tmp / "unreadable-val" / "val" / name / "0.png").write_bytes(b"not a PNG")
     (tmp / "a-file").write_text("not a directory")
     return tmp
 
@@ -425,6 +426,6 @@ def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
 ):
     assert train_script.main([*tiny_args, "--data-dir", str(bad_input_dir / "unreadable-val")]) == 2
     err = capsys.readouterr().err.splitlines()  # the file skipped, then why the run cannot start
-    assert err[0].startswith("skipping an unreadable image: cannot read ") and len(err) == 2
-    assert err[1] == "train.py: error: none of the 1 validation images can be read"
+    assert err[0].startswith("skipping an unreadable image: cannot read ") and len(err) == 3
+    assert err[2] == "train.py: error: none of the 2 validation images can be read"
     assert not run_dir(tiny_args).exists()

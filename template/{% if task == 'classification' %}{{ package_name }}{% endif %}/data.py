@@ -7,7 +7,6 @@ import contextlib
 import csv
 import itertools
 import os
-from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -18,7 +17,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 
 from . import UsageError
-from .harness.images import SkipsUnreadable, is_hidden, is_image_name, same_files
+from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable, is_hidden, list_images, same_files
 from .harness.samplers import hold_out
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, Preprocessing, build_transforms
@@ -29,6 +28,7 @@ TORCHVISION_DATASETS = {
     "fashionmnist": (datasets.FashionMNIST, 1),
 }
 DATASETS = ("shapes", "imagefolder", "csv", *TORCHVISION_DATASETS)
+SPLIT_NAMES = {"train", "training", "val", "valid", "validation", "test", "testing"}  # folder names, any case
 
 
 class HeldOutGoneError(UsageError):
@@ -126,6 +126,8 @@ def build_datasets(
         given = f"{labels}: its train and val rows" if name == "csv" else f"{data_dir}/train and val/"
         raise UsageError(f"{given} have different classes: {', '.join(odd)} in one only")
     found = sorted({label for _, label, _ in rows})
+    if classes is None and len(found) == 1:  # the commonest mistake: --data-dir one folder above the class folders
+        raise UsageError(f"{labels or root}: one class, {found[0]!r}: a classifier needs 2 or more classes")
     classes = found if classes is None else classes
     if unknown := [label for label in found if label not in classes]:
         raise UsageError(f"{root}: class {unknown[0]!r} is not one of the model's {len(classes)}: {', '.join(classes)}")
@@ -179,9 +181,17 @@ def validation_split(
 
 
 def split_folders(data_dir: Path) -> bool:
-    """Whether DIR holds DIR/train/ and DIR/val/ (DIR/test/ beside them is left alone), not a class named train."""
+    """Whether DIR holds DIR/train/ and DIR/val/ (DIR/test/ beside them is left alone), not a class named train.
+
+    UsageError for folders that are all named like splits otherwise (train/valid/test, Train/Val): not classes.
+    """
     found = {path.name for path in data_dir.glob("*") if path.is_dir() and not is_hidden(path.name)}
-    return {"train", "val"} <= found or bool(found & {"train", "val"}) and found <= {"train", "val", "test"}
+    if {"train", "val"} <= found or bool(found & {"train", "val"}) and found <= {"train", "val", "test"}:
+        return True
+    if found and {name.lower() for name in found} <= SPLIT_NAMES:
+        named = ", ".join(sorted(found))
+        raise UsageError(f"{data_dir} holds {named}: splits, not classes; name them train/ and val/ (test/ stays)")
+    return False
 
 
 def class_folders(root: Path, split: str | None = None) -> list[tuple[str, str, str | None]]:
@@ -193,12 +203,11 @@ def class_folders(root: Path, split: str | None = None) -> list[tuple[str, str, 
     classes = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir() and not is_hidden(entry.name))
     if not classes:  # hidden folders (.ipynb_checkpoints, __MACOSX) are no classes
         raise UsageError(f"image folder {folder} has no images: no class folder in it")
-    try:
-        index = {name: i for i, name in enumerate(classes)}
-        samples = datasets.folder.make_dataset(str(folder), index, is_valid_file=partial(is_image_name, folder=folder))
-    except FileNotFoundError as err:  # a class folder without images
-        raise UsageError(f"image folder {folder} has a class folder without images: {err}") from None
-    return [(Path(path).relative_to(root).as_posix(), classes[label], split) for path, label in samples]
+    rows = [(path.relative_to(root).as_posix(), name, split) for name in classes for path in list_images(folder / name)]
+    if empty := [name for name in classes if name not in {label for _, label, _ in rows}]:
+        extensions = " ".join(IMAGE_EXTENSIONS)
+        raise UsageError(f"image folder {folder} has a class folder without images: {empty[0]} (none of {extensions})")
+    return rows
 
 
 def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str]) -> tuple[Path, list[tuple]]:
@@ -220,7 +229,7 @@ def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str])
                 image, label, split = ((row.get(key) or "").strip() for key in (*columns, "split"))
                 if not image or not label:
                     raise UsageError(f"{where}: empty {columns[0] if not image else columns[1]}")
-                image = os.path.normpath(image)  # one spelling per file: ./a.jpg is a.jpg
+                image = os.path.relpath(root / image, root)  # one spelling per file: ./a.jpg and /abs/root/a.jpg: a.jpg
                 if image in first_line:
                     raise UsageError(f"{where}: {image} is listed again (first on line {first_line[image]})")
                 if not (root / image).is_file():
@@ -248,6 +257,8 @@ def assign_splits(
     """
     if all(split is not None for _, _, split in rows):
         return rows, []
+    if held_out is not None:  # spelled as the rows are (a run from before CSV paths were made relative: absolute)
+        held_out = sorted(os.path.relpath(root / path, root) for path in held_out)
     if held_out is None and fraction == 1:  # test.py evaluating other data
         held_out = sorted(path for path, _, _ in rows)
     elif held_out is None:

@@ -14,14 +14,16 @@ from torchvision.transforms.v2.functional import resize
 
 from . import UsageError
 from .degradations import Degradation, degrade
-from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable, list_images
+from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable, is_hidden, list_images
 from .harness.samplers import fixed_seed, hold_out, sample_seed
 from .shapes import SyntheticShapes
 
 CLEAN_GRADIENT = 0.6  # how much the built-in images' background brightens across the image
 CLEAN_STRIPES = 0.15  # the amplitude of the striped texture on their shapes
 SHAPES_SIZE, PHOTO_PATCH_SIZE = 32, 64  # pixels: --patch-size's defaults, without and with --data-dir
-PATCHES_PER_EPOCH = 1024  # --data-dir: training crops an epoch, however many images (as restoration codebases count)
+PATCHES_PER_EPOCH = 1024  # --data-dir: training crops an epoch (at least one per image), as restoration codebases count
+SPLIT_NAMES = {"train", "training", "val", "valid", "validation", "test", "testing"}  # folder names, any case
+PAIR_NAMES = {"clean", "noisy", "input", "target", "gt", "lq", "hq", "lr", "hr", "blur", "blurry", "sharp", "degraded"}
 FLIPS = v2.Compose([v2.RandomHorizontalFlip(), v2.RandomVerticalFlip()])  # each with probability 1/2
 
 
@@ -67,9 +69,17 @@ def image_files(root: Path) -> list[str]:
 
 
 def held_out_images(data_dir: Path, fraction: float) -> list[str]:
-    """`fraction` of data_dir's images (relative paths, samplers.hold_out), to validate; [] if it has train/ or val/."""
+    """`fraction` of data_dir's images (relative paths, samplers.hold_out), to validate; [] if it has train/ or val/.
+
+    UsageError for folders named like other splits (valid/, Train/) or like pairs (noisy/ and clean/).
+    """
     if (data_dir / "train").is_dir() or (data_dir / "val").is_dir():
         return []
+    folders = sorted(path.name for path in data_dir.glob("*") if path.is_dir() and not is_hidden(path.name))
+    if folders and {name.lower() for name in folders} <= SPLIT_NAMES:
+        raise UsageError(f"{data_dir} holds {', '.join(folders)}: name the splits train/ and val/")
+    if len({name.lower() for name in folders} & PAIR_NAMES) >= 2:  # train.py makes its own degraded copies
+        raise UsageError(f"{data_dir} holds {', '.join(folders)}: pairs are not read; give --data-dir the clean images")
     paths = [Path(path).relative_to(data_dir).as_posix() for path in image_files(data_dir)]
     if len(paths) < 2:
         raise UsageError(f"{data_dir} has 1 image: holding out a validation split needs 2 or more")
@@ -79,8 +89,9 @@ def held_out_images(data_dir: Path, fraction: float) -> list[str]:
 class ImagePatches(SkipsUnreadable, Dataset):
     """Patches of the image files `paths` as (degraded, clean) items; smaller images are enlarged (bicubic) first.
 
-    Training: `patches_per_epoch` items, item i a random patch of file i % files. Validation: each
-    file's centre patch. Unreadable files are skipped as images.SkipsUnreadable says.
+    Training: `patches_per_epoch` items, or one per file where there are more (each file cut every epoch),
+    item i a random patch of file i % files. Validation: each file's centre patch. Unreadable files are skipped
+    as images.SkipsUnreadable says.
     """
 
     def __init__(
@@ -95,7 +106,7 @@ class ImagePatches(SkipsUnreadable, Dataset):
         if patch_size < 1 or patches_per_epoch < 1:
             raise UsageError(f"patch size {patch_size} and patches per epoch {patches_per_epoch} must be >= 1")
         self.paths, self.patch_size, self.degradation, self.train = paths, patch_size, degradation, train
-        self.length = patches_per_epoch if train else len(self.paths)
+        self.length = max(patches_per_epoch, len(self.paths)) if train else len(self.paths)
         root = os.path.commonpath([os.path.dirname(path) for path in paths]) if paths else ""
         self.track_unreadable(len(self.paths), root, strict=strict, substitute=train)
 

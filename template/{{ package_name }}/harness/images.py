@@ -34,8 +34,14 @@ def is_image_name(path: str | Path, folder: str | Path) -> bool:
 
 
 def list_images(folder: Path) -> list[Path]:
-    """Every image file under `folder` (is_image_name), any nesting, sorted; symlinked folders are followed."""
-    found = (Path(top, name) for top, _, names in os.walk(folder, followlinks=True) for name in names)
+    """Every image file under `folder` (is_image_name), any nesting, sorted; symlinked folders are followed once."""
+    found, seen = [], set()
+    for top, folders, names in os.walk(folder, followlinks=True):
+        if (real := os.path.realpath(top)) in seen:  # a link back up the tree, or to a folder listed already
+            folders.clear()
+            continue
+        seen.add(real)
+        found += (Path(top, name) for name in names)
     return sorted((path for path in found if is_image_name(path, folder) and path.is_file()), key=str)
 
 

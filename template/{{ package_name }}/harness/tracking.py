@@ -73,8 +73,9 @@ class RunLogger:
             text = "".join(f"{path}\n" for path in held_out)
             write_atomic(self.run_dir / "held_out.txt", lambda tmp: tmp.write_text(text))
             self.print(f"held_out.txt (saved in {self.run_dir}): the {len(held_out)} validation images")
-        name = "args.json" if step == 0 else f"args-resume-step{step}.json"  # never overwrite the first
-        for file, what in ((name, vars(args)), ("environment.json", runtime.environment(device))):
+        resumed = "" if step == 0 else f"-resume-step{step}"  # never overwrite the first run's: it may resume elsewhere
+        written = {f"args{resumed}.json": vars(args), f"environment{resumed}.json": runtime.environment(device)}
+        for file, what in written.items():
             text = json.dumps(what, indent=2, default=str)
             write_atomic(self.run_dir / file, lambda tmp, text=text: tmp.write_text(text + "\n"))
             self.print(f"{file} (saved in {self.run_dir}):\n{text}")
