@@ -41,37 +41,47 @@ def test_model_module_is_snake_case(tmp_path, model_name, module):
     assert f"class {model_name}(nn.Module)" in (project / "shape_classifier" / f"{module}.py").read_text()
 
 
-def bound_names(project: Path) -> tuple[set[str], set[str]]:
-    """(every name its Python files and notebooks import, define or use; the names its notebooks assign)."""
+def bound_names(project: Path) -> tuple[set[str], set[str], set[str]]:
+    """(every name its Python files and notebooks import, define or use; the names its notebooks assign or import;
+    the top-level modules it imports)."""
     notebooks = []
     for path in project.rglob("*.ipynb"):
         cells = json.loads(path.read_text())["cells"]
         notebooks.append("\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"))
-    names, assigned = set(), set()
+    names, assigned, modules = set(), set(), set()
     for source in [*(path.read_text() for path in project.rglob("*.py")), *notebooks]:
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+                bound = {alias.asname or alias.name.split(".")[0] for alias in node.names}
+                names |= bound
+                assigned |= bound if source in notebooks else set()
+                if isinstance(node, ast.Import):
+                    modules |= {alias.name.split(".")[0] for alias in node.names}
+                elif node.level == 0:
+                    modules.add(node.module.split(".")[0])
             elif isinstance(node, (ast.ClassDef, ast.Name)):
                 names.add(node.name if isinstance(node, ast.ClassDef) else node.id)
                 if source in notebooks and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                     assigned.add(node.id)
-    return names, assigned
+    return names, assigned, modules
 
 
 @pytest.mark.parametrize("task", ["classification", "restoration"])
 def test_every_name_the_project_binds_is_reserved(tmp_path, task):
-    """A package or model module named like a module of the project or a notebook's variable (the notebooks import
-    the model module), or a model class named like a class the project imports or defines, would shadow it."""
+    """A package or model module named like a module the project has or imports (its tests' too) or a notebook's
+    name (the notebooks import the model module), or a model class named like a class the project imports or
+    defines, would shadow it."""
     config = yaml.safe_load((REPO / "copier.yml").read_text())
     reserved = {kind: set(yaml.safe_load(config[f"reserved_{kind}_names"]["default"])) for kind in ("module", "class")}
     modules, classes = reserved["module"], reserved["class"]
     project = render(tmp_path / "p", task=task, model_name="Zqmodel")
     package = answers(project)["package_name"]
     files = {path.stem for path in [*(project / package).glob("*.py"), *project.glob("*.py")]} - {"__init__", "zqmodel"}
-    names, notebook_variables = bound_names(project)
-    notebook_variables = {name for name in notebook_variables if re.fullmatch("[a-z][a-z0-9_]+", name)}
-    assert files | notebook_variables | {"tests"} <= modules, sorted((files | notebook_variables) - modules)
+    files |= {path.stem for path in (project / "tests").rglob("*.py") if not path.stem.startswith("test_")}
+    names, notebook_names, imported = bound_names(project)
+    wanted = files | notebook_names | {name.lower() for name in imported} | {"tests"}
+    wanted = {name for name in wanted if re.fullmatch("[a-z][a-z0-9_]+", name)} - {package, "zqmodel"}
+    assert wanted <= modules, sorted(wanted - modules)
     # The built-ins are in the list once; this checks the project's own names (the running Python's built-ins vary).
     capwords = {name for name in names if re.fullmatch("[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*", name)}
     assert capwords - {"Zqmodel", "ZqmodelConfig"} <= classes, sorted(capwords - classes)
@@ -105,6 +115,11 @@ def test_no_license(tmp_path):
 BAD_ANSWERS = [
     ({"project_name": "  "}, "project_name must not be empty"),
     ({"project_name": 'Say "hi"'}, "must not contain double quotes"),
+    ({"project_name": " Shape Classifier"}, "must not begin or end with a space"),
+    ({"package_name": "test_train"}, "would be taken for a test file"),
+    ({"package_name": "torchcodec"}, "would shadow the module"),
+    ({"model_name": "TestModel"}, "would be taken for a test file"),
+    ({"model_name": "Display"}, "collides with a module"),  # the notebooks' IPython display
     ({"package_name": "My-Package"}, "package_name must be a lowercase Python identifier"),
     ({"package_name": "2fast"}, "package_name must be a lowercase Python identifier"),
     ({"package_name": "class"}, "is a Python keyword"),

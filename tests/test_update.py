@@ -175,6 +175,7 @@ def history(tmp_path_factory) -> Path:
     shutil.copy2(REPO / "copier.yml", src / "copier.yml")
     shutil.copytree(REPO / "template", src / "template", ignore=ignore)
     shutil.copytree(REPO / "hooks", src / "hooks", ignore=ignore)
+    shutil.copytree(REPO / "partials", src / "partials", ignore=ignore)  # included by the READMEs
     git(src, "init", "-q", "-b", "main")
     commit_all(src, "1.0.0")
     git(src, "tag", "1.0.0")

@@ -30,7 +30,8 @@ def evaluate(
     """
     was_training = model.training
     model.eval()
-    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    total = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+    loss_sum = torch.zeros((), device=device, dtype=total)
     confusion = torch.zeros(num_classes, num_classes, device=device, dtype=torch.int64)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     worst: dict[str, torch.Tensor] = {}  # the most confident wrong predictions so far, on the CPU

@@ -68,7 +68,12 @@ class TorchvisionClassifier(nn.Module):
             if isinstance(module, nn.Linear | nn.Conv2d) and module.weight.shape[0] == IMAGENET_CLASSES
         ][-1]
         parent, _, attribute = self.classifier_name.rpartition(".")
-        setattr(self.backbone.get_submodule(parent), attribute, nn.Identity())
+        holder = self.backbone.get_submodule(parent)
+        names = [key for key, _ in holder.named_children()]  # in the order forward() runs them, in torchvision
+        previous = names[names.index(attribute) - 1] if names.index(attribute) > 0 else None
+        if previous is not None and isinstance(getattr(holder, previous), nn.Dropout):  # efficientnet, vgg, googlenet
+            setattr(holder, previous, nn.Identity())  # --dropout, in the head, is the dropout before the classifier
+        setattr(holder, attribute, nn.Identity())
         features = final.weight.shape[1]  # a weight (out, in) or (out, in, 1, 1)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(features, num_classes))
         try:  # one image through it now: a size too small for its layers stops here, not at the first step

@@ -49,21 +49,23 @@ def evaluate(
     """Sums of METRICS and "samples" over `loader`'s (degraded, clean) batches, in eval mode: float64 on `device`.
 
     Scores restorations clamped to [0, 1] and degraded images as scored_view() shows them; skips None batches.
+    (MPS, which has no float64: float32.)
     """
     was_training = model.training
     model.eval()
-    sums = {name: torch.zeros((), device=device, dtype=torch.float64) for name in (*METRICS, "samples")}
+    total = torch.float32 if device.type == "mps" else torch.float64
+    sums = {name: torch.zeros((), device=device, dtype=total) for name in (*METRICS, "samples")}
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     for batch in loader:
         if batch is None:  # every file of this batch was unreadable
             continue
         degraded, clean = (x.to(device, non_blocking=True, memory_format=memory_format) for x in batch)  # (N, 3, H, W)
         restored = restore(model, degraded, autocast, tiling).to(device)  # (N, 3, H, W) float32: the loss, metrics too
-        sums["loss"] += unwrap(model).loss(restored, clean).double() * clean.shape[0]  # DataParallel has no .loss
+        sums["loss"] += unwrap(model).loss(restored, clean).to(total) * clean.shape[0]  # DataParallel has no .loss
         views = [scored_view(x, crop_border, y_channel) for x in (restored.clamp(0.0, 1.0), degraded, clean)]
         for prefix, images in (("", views[0]), ("input_", views[1])):
-            sums[prefix + "psnr"] += psnr(images, views[2]).double().sum()
-            sums[prefix + "ssim"] += ssim(images, views[2]).double().sum()
+            sums[prefix + "psnr"] += psnr(images, views[2]).to(total).sum()
+            sums[prefix + "ssim"] += ssim(images, views[2]).to(total).sum()
         sums["samples"] += clean.shape[0]  # a Python int: no device read
     model.train(was_training)
     return sums

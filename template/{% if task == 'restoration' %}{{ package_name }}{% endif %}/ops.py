@@ -51,7 +51,8 @@ def ssim(
 
     # One depthwise convolution filters all five maps at once, stacked along the batch dimension.
     maps = torch.cat([pred, target, pred * pred, target * target, pred * target])  # (5N, C, H, W)
-    mu_x, mu_y, xx, yy, xy = F.conv2d(maps, weight, groups=channels).split(n)  # each (N, C, H', W')
+    with torch.autocast(pred.device.type, enabled=False):  # autocast would run the convolution in bf16 or fp16
+        mu_x, mu_y, xx, yy, xy = F.conv2d(maps, weight, groups=channels).split(n)  # each (N, C, H', W')
     var_x, var_y, cov_xy = xx - mu_x * mu_x, yy - mu_y * mu_y, xy - mu_x * mu_y  # E[xy] - E[x] E[y]
     c1, c2 = (SSIM_K1 * max_value) ** 2, (SSIM_K2 * max_value) ** 2
     ssim_map = (2 * mu_x * mu_y + c1) * (2 * cov_xy + c2) / ((mu_x**2 + mu_y**2 + c1) * (var_x + var_y + c2))
