@@ -32,15 +32,18 @@ def param_groups(
 
 
 def build_optimizer(groups: list[dict], name: str, lr: float, momentum: float = 0.9) -> torch.optim.Optimizer:
-    """AdamW, or SGD with Nesterov momentum, over parameter groups from param_groups()."""
-    if name == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=momentum > 0)
+    """AdamW, SGD with momentum, or SGD with Nesterov momentum (as torchvision names them), over param_groups()."""
+    if name == "sgd_nesterov" and momentum == 0:
+        raise UsageError("--optimizer sgd_nesterov needs a --momentum above 0")
+    if name in ("sgd", "sgd_nesterov"):
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=name == "sgd_nesterov")
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr)
-    raise UsageError(f"unknown optimizer {name!r}; choose adamw or sgd")
+    raise UsageError(f"unknown optimizer {name!r}; choose adamw, sgd or sgd_nesterov")
 
 
-WEIGHT_DECAY = {"adamw": 0.05, "sgd": 1e-4}  # torchvision's: AdamW's decoupled decay and SGD's L2 differ in scale
+OPTIMIZERS = ("adamw", "sgd", "sgd_nesterov")
+WEIGHT_DECAY = {"adamw": 0.05, "sgd": 1e-4, "sgd_nesterov": 1e-4}  # torchvision's: decoupled decay and L2 differ
 
 
 def build_scheduler(
@@ -70,6 +73,8 @@ def build_scheduler(
         return ReduceLROnPlateau(optimizer, mode="max", factor=gamma, patience=patience)
     total = epochs * steps_per_epoch
     warmup = round((0.5 if warmup_epochs is None else warmup_epochs) * steps_per_epoch)
+    if warmup > total:
+        raise UsageError(f"--warmup-epochs {warmup_epochs} is longer than the run's {epochs}: --lr is never reached")
 
     def factor(step: int) -> float:
         if step < warmup:
