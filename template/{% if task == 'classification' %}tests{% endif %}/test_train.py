@@ -256,7 +256,7 @@ def messy_image_folder(root: Path) -> list[Path]:
 def test_the_same_command_line_again_continues_the_run_and_unreadable_images_are_skipped(
     train_script, test_script, tmp_path, monkeypatch, capfd
 ):
-    """slurm.sbatch's requeue; unreadable files named once, counted and skipped, by test.py too."""
+    """A requeued job (slurm.sbatch's, say); unreadable files named once, counted and skipped, by test.py too."""
     monkeypatch.chdir(tmp_path)
     bad = messy_image_folder(Path("data"))  # relative paths, as the flag gives them
     argv = ["--device", "cpu", "--data-dir", "./data", "--img-size", "16", "--widths", "8,16", "--batch-size", "6",
