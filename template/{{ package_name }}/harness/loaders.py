@@ -10,6 +10,7 @@ import queue
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from multiprocessing import resource_tracker
 from typing import Any
 
 import torch
@@ -51,8 +52,29 @@ def leave_stop_signals_to_the_main_process(exiting: Any, then: Callable[[int], N
             os._exit(0)  # torch's SIGCHLD handler raise in the main process (a traceback after a run's error line)
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    if hasattr(signal, "pthread_sigmask"):  # held since the worker started (held_stop_signals): taken up now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     if then is not None:
         then(worker_id)
+
+
+@contextlib.contextmanager
+def held_stop_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM held, not lost, in the block: DataLoader workers started in it start with them held.
+
+    A spawned worker (macOS's default) imports torch for seconds before its worker_init_fn installs the handlers; a
+    Ctrl-C or SLURM's SIGTERM to the whole process group then would kill it and fail the run.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # Windows
+        yield
+        return
+    if multiprocessing.get_start_method() != "fork":  # its tracker, started with the first worker, would unblock them
+        resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a signal that came meanwhile is handled now
 
 
 def num_workers(requested: int | None, dataset: Dataset) -> int:
@@ -94,7 +116,8 @@ def build_split_loaders(
     # while a thread takes the GIL afresh (a gloo thread, it seems) can hang the child (python/cpython#112275). The
     # training workers start with the first epoch: forked here too, they would race validation's pin-memory thread.
     if val_loader.num_workers > 0:
-        iter(val_loader)  # its first batches are loaded again at the first validation
+        with held_stop_signals():
+            iter(val_loader)  # its first batches are loaded again at the first validation
     return train_loader, val_loader
 
 
@@ -121,14 +144,16 @@ def prefetch_depth(requested: int | None, device: torch.device, num_workers: int
 @contextlib.contextmanager
 def background_batches(loader: DataLoader, depth: int) -> Iterator[Iterator]:
     """Iterate `loader` in a thread keeping `depth` batches ready (0: no thread); it ends on exit, its errors raised."""
+    with held_stop_signals():  # the first epoch starts the workers, in this thread
+        batches = iter(loader)
     if depth == 0:
-        yield iter(loader)
+        yield batches
         return
     stop = threading.Event()
 
     def produce() -> Iterator:
         try:
-            yield from itertools.takewhile(lambda _: not stop.is_set(), loader)
+            yield from itertools.takewhile(lambda _: not stop.is_set(), batches)
         except Exception as err:  # noqa: BLE001 - handed to the consumer, which re-raises it (no batch is one)
             yield err
 
