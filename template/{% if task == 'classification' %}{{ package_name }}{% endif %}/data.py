@@ -68,9 +68,7 @@ class ImageFiles(SkipsUnreadable, Dataset):
 
 def dataset_name(name: str | None, data_dir: Path | None, labels: Path | None = None) -> str:
     """The dataset to use: `name` if given, else csv with a labels file, imagefolder with a data dir, else shapes."""
-    if name is not None:
-        return name
-    return "csv" if labels is not None else "imagefolder" if data_dir is not None else "shapes"
+    return name or ("csv" if labels is not None else "imagefolder" if data_dir is not None else "shapes")
 
 
 def build_datasets(

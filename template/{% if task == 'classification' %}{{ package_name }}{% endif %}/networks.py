@@ -36,8 +36,7 @@ class ResNetClassifier(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map images (N, C, H, W) to logits (N, num_classes)."""
-        features = self.backbone(x)  # (N, widths[-1])
-        return self.head(features)
+        return self.head(self.backbone(x))  # features (N, widths[-1]), then logits
 
 
 class TorchvisionClassifier(nn.Module):
@@ -57,10 +56,14 @@ class TorchvisionClassifier(nn.Module):
         elif name in ("googlenet", "inception_v3"):
             # No auxiliary heads; transform_input as their weights expect, always: the config alone rebuilds it.
             options.update(aux_logits=False, init_weights=True, transform_input=True)
-        try:
+        try:  # built, then one image through it: a size too small for its layers stops here, not at the first step
             self.backbone = torchvision.models.get_model(name, weights=None, **options)
-        except (ValueError, RuntimeError, AssertionError) as err:  # an input size the model cannot take
-            raise UsageError(f"--backbone {name} cannot be built for {image_size}x{image_size} images: {err}") from None
+            with torch.no_grad():
+                self.backbone.eval()(torch.zeros(1, 3, image_size, image_size))
+        except (ValueError, RuntimeError, AssertionError) as err:  # vit_* and maxvit_t refuse some sizes when built
+            why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise UsageError(f"--backbone {name} cannot be built for {image_size}x{image_size} images: {why}") from None
+        self.backbone.train()
         # The last layer that maps to the ImageNet classes: Linear (fc, heads.head, ...) or squeezenet's 1x1 conv.
         self.classifier_name, final = [
             (key, module)
@@ -76,15 +79,7 @@ class TorchvisionClassifier(nn.Module):
         setattr(holder, attribute, nn.Identity())
         features = final.weight.shape[1]  # a weight (out, in) or (out, in, 1, 1)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(features, num_classes))
-        try:  # one image through it now: a size too small for its layers stops here, not at the first step
-            with torch.no_grad():
-                self.backbone.eval()(torch.zeros(1, 3, image_size, image_size))
-        except (ValueError, RuntimeError) as err:
-            why = str(err).strip().splitlines()[0]
-            raise UsageError(f"--backbone {name} cannot be built for {image_size}x{image_size} images: {why}") from None
-        self.backbone.train()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map images (N, 3, H, W) to logits (N, num_classes)."""
-        features = self.backbone(x)  # (N, F)
-        return self.head(features)
+        return self.head(self.backbone(x))  # features (N, F), then logits

@@ -23,11 +23,8 @@ def confusion_matrix(preds: torch.Tensor, targets: torch.Tensor, num_classes: in
 def precision_recall_f1(confusion: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-class precision, recall and F1 (each (C,)) from a confusion matrix; 0 where undefined."""
     confusion = confusion.double()
-    true_pos = confusion.diag()
-    predicted = confusion.sum(dim=0)  # column sums: how often each class was predicted
-    actual = confusion.sum(dim=1)  # row sums: how often each class occurs
-    precision = torch.where(predicted > 0, true_pos / predicted.clamp(min=1), 0.0)
-    recall = torch.where(actual > 0, true_pos / actual.clamp(min=1), 0.0)
-    denom = precision + recall
-    f1 = torch.where(denom > 0, 2 * precision * recall / denom.clamp(min=1e-12), 0.0)
+    true_pos = confusion.diag()  # (C,): at most its column and row sums, so where they are 0 (clamped to 1) it gives 0
+    precision = true_pos / confusion.sum(dim=0).clamp(min=1)  # column sums: how often each class was predicted
+    recall = true_pos / confusion.sum(dim=1).clamp(min=1)  # row sums: how often each class occurs
+    f1 = 2 * precision * recall / (precision + recall).clamp(min=1e-12)  # precision + recall: 0, or far above 1e-12
     return precision, recall, f1

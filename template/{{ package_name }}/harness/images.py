@@ -27,14 +27,8 @@ def is_hidden(name: str) -> bool:
     return name.startswith(".") or name == "__MACOSX"
 
 
-def is_image_name(path: str | Path, folder: str | Path) -> bool:
-    """Whether `path` under `folder` names an image file: an image extension, no hidden name on the way."""
-    hidden = any(map(is_hidden, Path(path).relative_to(folder).parts))
-    return Path(path).suffix.lower() in IMAGE_EXTENSIONS and not hidden
-
-
 def list_images(folder: Path) -> list[Path]:
-    """Every image file under `folder` (is_image_name), any nesting, sorted; symlinked folders are followed once.
+    """Every image file under `folder`, any nesting, sorted; hidden names skipped, symlinked folders followed once.
 
     One directory read per folder and no stat per file (ImageNet's million files), except for symbolic links.
     """
@@ -46,9 +40,11 @@ def list_images(folder: Path) -> list[Path]:
         seen.add(real)
         with contextlib.suppress(OSError), os.scandir(top) as entries:  # a folder it may not read: as os.walk
             for entry in entries:
+                if is_hidden(entry.name):
+                    continue
                 if entry.is_dir():
                     pending.append(Path(entry.path))
-                elif entry.is_file() and is_image_name(entry.path, folder):  # no dangling link
+                elif entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_EXTENSIONS:  # no dangling link
                     found.append(Path(entry.path))
     return sorted(found, key=str)
 

@@ -121,7 +121,7 @@ class StopSignal:
 def print_once(message: str, file: TextIO | None = None) -> None:
     """print() a line; under torchrun (which sets LOCAL_RANK) from the first process of each machine only."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
-        print(message, file=file or sys.stdout)
+        print(message, file=file)
 
 
 class ArgumentParser(argparse.ArgumentParser):
