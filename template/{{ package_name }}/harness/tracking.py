@@ -1,12 +1,14 @@
 """Run output: console lines, the tqdm bar, TensorBoard and metrics.jsonl; only the main process writes."""
 
 import contextlib
+import functools
 import json
 import math
 import os
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,15 @@ class Window:
     started: float = field(default_factory=time.perf_counter)
 
 
+def hide_event_writer_errors(hook: Callable[[Any], object], args: Any) -> None:
+    """threading.excepthook while a RunLogger is open: `hook`, except for the OSError of TensorBoard's writer thread.
+
+    The thread hands that error (a full disk) to the next write, which reports it in one line: no traceback too.
+    """
+    if not (isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
+        hook(args)
+
+
 class RunLogger:
     """Writes what a run reports; on other processes than the main one every method does nothing."""
 
@@ -61,9 +72,15 @@ class RunLogger:
                 write_atomic(self.metrics_file, lambda tmp: tmp.write_text("".join(kept)))
             if dropped := len(rows) - len(kept):
                 self.print(f"dropped {dropped} rows logged after step {resumed_step} from {self.metrics_file}")
-        with self._writing_events():
-            run_dir.mkdir(parents=True, exist_ok=True)
-            self.writer = SummaryWriter(str(run_dir), purge_step=resumed_step + 1)
+        self.thread_hook = threading.excepthook  # close() puts it back
+        threading.excepthook = functools.partial(hide_event_writer_errors, self.thread_hook)  # before the thread starts
+        try:
+            with self._writing_events():
+                run_dir.mkdir(parents=True, exist_ok=True)
+                self.writer = SummaryWriter(str(run_dir), purge_step=resumed_step + 1)
+        except OutputError:
+            threading.excepthook = self.thread_hook
+            raise
 
     def record_start(self, args: Any, model: nn.Module, device: torch.device, step: int, held_out: list[str]) -> None:
         """Print and save the arguments, the environment and a new run's `held_out` images; print the model summary."""
@@ -169,8 +186,11 @@ class RunLogger:
     def close(self) -> None:
         """Flush and close the TensorBoard writer; OutputError if what it still held cannot be written."""
         if self.main_process:
-            with self._writing_events():
-                self.writer.close()
+            try:
+                with self._writing_events():
+                    self.writer.close()
+            finally:
+                threading.excepthook = self.thread_hook
 
     @contextlib.contextmanager
     def _writing_events(self) -> Iterator[None]:
