@@ -185,6 +185,7 @@ def test_resume_is_bit_exact_with_every_augmentation_also_after_sigterm_mid_epoc
 
 
 def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_script, tiny_args, monkeypatch, capsys):
+    """And a second Ctrl-C, a second or more later, stops at once: one line, the checkpoint kept, exit 130."""
     real_validate = train_script.validate
 
     def validate_then_signal(*args, **kwargs):
@@ -196,6 +197,14 @@ def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_scri
     state = torch.load(run_dir(tiny_args) / "last.pt", weights_only=True)
     assert state["run_state"]["epoch"] == 1 and state["run_state"]["batch_in_epoch"] == 0  # epoch 1 saved, no more
     assert f"resume with: python train.py --resume {run_dir(tiny_args)}" in capsys.readouterr().out
+
+    def interrupt(*args, **kwargs):  # what runtime.StopSignal raises for a late second Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_script, "validate", interrupt)
+    assert train_script.main(["--resume", str(run_dir(tiny_args))]) == 130
+    kept = f"the last good checkpoint {run_dir(tiny_args) / 'last.pt'} is intact; resume: python train.py --resume"
+    assert capsys.readouterr().err == f"train.py: interrupted; {kept} {run_dir(tiny_args)}\n"
 
 
 @pytest.mark.parametrize(

@@ -109,6 +109,9 @@ class StopSignal:
     def _handle(self, signum: int, frame: object) -> None:
         if self.received is None:
             self.received, self._first_at = signum, time.monotonic()
+            if os.environ.get("LOCAL_RANK", "0") == "0":  # os.write: a print here could break one in progress
+                name = signal.Signals(signum).name
+                os.write(2, f"\n{name}: saving after this step or validation; a second Ctrl-C stops unsaved\n".encode())
         elif signum == signal.SIGINT and time.monotonic() - self._first_at >= self.ESCALATE_AFTER:
             raise KeyboardInterrupt
 
