@@ -349,7 +349,8 @@ def test_a_full_disk_is_one_line_that_says_what_is_kept(
         assert train_script.main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("train.py: error: cannot write ") and hint in err, err
-    assert ("(No space left on device); " if where != "checkpoint" else f"({TORCH_SAYS}); ") in err  # its first line
+    said = "No space left on device" if where != "checkpoint" else f"{TORCH_SAYS}; is the disk full?"
+    assert f"({said}); " in err  # the error's first line
     assert not list(directory.glob("*.tmp"))
     if (directory / "metrics.jsonl").exists():
         assert all(json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines())

@@ -92,7 +92,8 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     except (OSError, RuntimeError) as err:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write {path} ({reason(err)})") from None
+        full = "" if isinstance(err, OSError) else "; is the disk full?"  # torch.save's runs out of room in C++
+        raise OutputError(f"cannot write {path} ({reason(err)}{full})") from None
 
 
 def save(state: dict[str, Any], path: Path) -> None:
