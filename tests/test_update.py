@@ -688,12 +688,15 @@ BEFORE_HARNESS = "cce1636a848501d8ce85f7843e9b27623d2c49ab"  # 0.1.0: the flat p
 HARNESS_LAYOUT = "69ae4964615e86332fcbab70110bcace41ac7c0e"  # 0.2.0: the harness moved, its files unchanged
 
 
-def test_the_harness_move_keeps_the_users_edits_to_room_and_harness(tmp_path, capfd):
+@pytest.mark.parametrize("tags", [True, False], ids=["released", "untagged-moved-by-hand"])
+def test_the_harness_move_keeps_the_users_edits_to_room_and_harness(tmp_path, capfd, tags):
     """A project rendered before 0.2.0, with edits to a room file, to harness files and to a harness test, updates
-    with --trust: each moved file arrives at its new path with the user's edit, and the old paths are gone."""
+    with --trust: each moved file arrives at its new path with the user's edit, and the old paths are gone. Where
+    the template has no tags the migration cannot run: moved by hand first, as README.md says, the same holds."""
     src = tmp_path / "template-repo"
     src.mkdir()
     git(src, "init", "-q", "-b", "main")
+    refs = {}  # release: what --vcs-ref names it by
     for commit, version in ((BEFORE_HARNESS, "0.1.0"), (HARNESS_LAYOUT, "0.2.0")):
         if git(REPO, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode:
             pytest.skip(f"this clone lacks commit {commit} (a shallow clone)")
@@ -703,9 +706,11 @@ def test_the_harness_move_keeps_the_users_edits_to_room_and_harness(tmp_path, ca
                                  capture_output=True, check=True).stdout  # fmt: skip
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
         commit_all(src, version)
-        git(src, "tag", version)
+        if tags:
+            git(src, "tag", version)
+        refs[version] = version if tags else git(src, "rev-parse", "HEAD").stdout.strip()
 
-    project = copy_project(tmp_path / "project", src, "0.1.0")
+    project = copy_project(tmp_path / "project", src, refs["0.1.0"])
     edits = {"shape_classifier/networks.py": "# my network notes\n", "shape_classifier/checkpoint.py": "# my save\n",
              "shape_classifier/distributed.py": "# my ranks\n", "tests/test_runs.py": "# my run test\n"}  # fmt: skip
     for name, line in edits.items():
@@ -713,7 +718,12 @@ def test_the_harness_move_keeps_the_users_edits_to_room_and_harness(tmp_path, ca
             f.write(line)
     commit_all(project, "My changes")
     capfd.readouterr()
-    update(project, "0.2.0", unsafe=True)
+    if not tags:  # README.md's "Update a project": the migration's own script, by hand, then a plain update
+        names = ["checkpoint", "runs", "runtime", "tracking", "loaders", "samplers", "images", "downloads", "optim"]
+        for name in [*names, "distributed"]:
+            print(run_hook(project, f"{{package_name}}/{name}.py", f"{{package_name}}/harness/{name}.py").stdout)
+        commit_all(project, "Move the harness into <package>/harness/, as the template's 0.2.0 does")
+    update(project, refs["0.2.0"], unsafe=tags)
     out = capfd.readouterr().out
     assert "move_path: moved shape_classifier/checkpoint.py -> shape_classifier/harness/checkpoint.py" in out
     moved = {"shape_classifier/checkpoint.py": "shape_classifier/harness/checkpoint.py",
@@ -731,7 +741,7 @@ def test_the_harness_move_keeps_the_users_edits_to_room_and_harness(tmp_path, ca
     for name in ("runtime", "tracking", "loaders", "samplers", "images", "downloads", "optim", "runs"):
         assert not (project / "shape_classifier" / f"{name}.py").exists()
         assert (project / "shape_classifier" / "harness" / f"{name}.py").is_file()
-    fresh = render(tmp_path / "fresh", src=src, vcs_ref="0.2.0")
+    fresh = render(tmp_path / "fresh", src=src, vcs_ref=refs["0.2.0"])
     for name, line in edits.items():  # the project is 0.2.0's with the user's four lines added
         target = project / moved.get(name, name)
         target.write_text(target.read_text().removesuffix(line))
