@@ -22,7 +22,7 @@ from .transforms import Preprocessing
 
 BUILTIN = "builtin"
 LIST_COMMAND = "python -c 'import torchvision.models as m; print(m.list_models(module=m))'"
-# DataParallel/DistributedDataParallel, torch.compile, and the Classifier around the network (its state_dict()).
+# DataParallel/DistributedDataParallel, torch.compile, and the model file's class around the network (network.*).
 WRAPPER_PREFIXES = re.compile(r"^(module\.|_orig_mod\.|network\.)+")
 AUX_HEADS = ("aux1.", "aux2.", "AuxLogits.")  # googlenet's and inception_v3's, which networks.py builds without
 
