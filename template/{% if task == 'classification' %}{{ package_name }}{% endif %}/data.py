@@ -173,7 +173,7 @@ def validation_split(
         original = Path(trained["data_dir"] or Path(trained["labels"]).parent)  # where the run read them
         with contextlib.suppress(HeldOutGoneError):
             split = build_datasets(name, data_dir, prep, splits=("val",), **options, held_out=held_out)
-            if same_files(held_out, data_dir or labels.parent, original):  # not a test set named alike
+            if split.held_out and same_files(held_out, data_dir or labels.parent, original):  # not a test set alike
                 return split
     return build_datasets(name, data_dir, prep, splits=("val",), **options)._replace(held_out=[])
 

@@ -55,7 +55,7 @@ def same_files(paths: list[str], root: Path, original: Path | None, count: int =
     Tells a run's data, moved (its folder gone, or a copy), from a test set whose file names are the same.
     """
     paths = [path for path in paths[:count] if original is not None and (original / path).is_file()]
-    return all(filecmp.cmp(root / path, original / path, shallow=False) for path in paths)
+    return all((root / path).is_file() and filecmp.cmp(root / path, original / path, shallow=False) for path in paths)
 
 
 class UnreadableImageError(UsageError):

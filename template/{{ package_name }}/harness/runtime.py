@@ -225,8 +225,11 @@ non_negative = functools.partial(in_range, low=0)  # non_negative(float): for va
 
 
 def absolute_path(text: str) -> Path:
-    """An argparse type: the path made absolute (./data is data), so that it names the same file from any folder."""
-    return Path(text).expanduser().resolve()
+    """An argparse type: the path made absolute (./data is data), so that it names the same file from any folder.
+
+    A symbolic link stays itself: an annexed labels.csv (git-annex, DVC) lists its images beside the link.
+    """
+    return Path(os.path.abspath(os.path.expanduser(text)))
 
 
 def int_list(text: str) -> tuple[int, ...]:
