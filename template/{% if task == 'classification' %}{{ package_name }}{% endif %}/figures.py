@@ -61,13 +61,14 @@ def confusion_image(confusion: torch.Tensor, names: list[str]) -> Image.Image:
     counts, shares = confusion[shown][:, shown], shares[shown][:, shown]  # (k, k)
     labels = [names[i][:NAME_LENGTH] for i in shown.tolist()]
     part = "" if len(labels) == len(names) else f", the {len(labels)} most confused of {len(names)} classes"
-    size = len(labels)
-    width = LABEL_WIDTH + size * CELL + 10  # of one panel
+    size, font = len(labels), ImageFont.load_default()
+    titles = [f"{title}{part} (rows: true, columns: predicted)" for title in ("counts", "row-normalised")]
+    width = LABEL_WIDTH + max(size * CELL, *(round(font.getlength(title)) for title in titles)) + 10  # of one panel
     image = Image.new("RGB", (2 * width, 2 * CELL + size * CELL + 10), "white")
-    draw, font = ImageDraw.Draw(image), ImageFont.load_default()
+    draw = ImageDraw.Draw(image)
     texts = ([[str(int(v)) for v in row] for row in counts], [[f"{v:.2f}" for v in row] for row in shares])
-    for left, title, text in zip((0, width), ("counts", "row-normalised"), texts, strict=True):
-        draw.text((left + LABEL_WIDTH, 4), f"{title}{part} (rows: true, columns: predicted)", fill="black", font=font)
+    for left, title, text in zip((0, width), titles, texts, strict=True):
+        draw.text((left + LABEL_WIDTH, 4), title, fill="black", font=font)
         for i, name in enumerate(labels):
             draw.text((left + 4, cell_centre(i, 0)[1] - 6), name, fill="black", font=font)  # row labels
             x = left + cell_centre(0, i)[0] - CELL // 2 + 2
