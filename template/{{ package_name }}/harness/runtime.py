@@ -109,9 +109,11 @@ class StopSignal:
     def _handle(self, signum: int, frame: object) -> None:
         if self.received is None:
             self.received, self._first_at = signum, time.monotonic()
+            name = signal.Signals(signum).name
+            said = f"\n{name}: saving after this step or validation; a second Ctrl-C stops unsaved\n"
             if os.environ.get("LOCAL_RANK", "0") == "0":  # os.write: a print here could break one in progress
-                name = signal.Signals(signum).name
-                os.write(2, f"\n{name}: saving after this step or validation; a second Ctrl-C stops unsaved\n".encode())
+                with contextlib.suppress(OSError):  # stderr closed or its reader gone: the stop goes on regardless
+                    os.write(2, said.encode())
         elif signum == signal.SIGINT and time.monotonic() - self._first_at >= self.ESCALATE_AFTER:
             raise KeyboardInterrupt
 
