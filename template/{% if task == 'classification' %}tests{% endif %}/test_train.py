@@ -378,8 +378,10 @@ BAD_INPUTS = [
     (["--run-name", "../escape"], "must be a plain directory name"),
     (["--output-dir", "{tmp}", "--run-name", "empty"], "empty already exists; pick another --run-name"),
     (["--seed", "-1"], "--seed: must be in [0, 4294967295]"),
-    (["--val-fraction", "0.2"], "--val-fraction: this data has a validation split of its own"),  # the shapes'
-    (["--ema-every", "2"], "--ema-every: there is no moving average without --ema-decay"),
+    (["--val-fraction", "0.2"], "--val-fraction acts only with data without a validation split of its own"),
+    (["--ema-every", "2"], "--ema-every acts only with --ema-decay above 0; leave it out"),
+    (["--momentum", "0.5"], "--momentum acts only with --optimizer sgd or sgd_nesterov"),  # adamw, the default
+    (["--backbone-lr-scale", "0.1", "--freeze-backbone"], "--backbone-lr-scale acts only with a backbone that trains"),
     (["--dropout", "1.5"], "--dropout: must be in [0, 1)"),
     (["--label-smoothing", "2"], "--label-smoothing: must be in [0, 1)"),
     (["--momentum", "1"], "--momentum: must be in [0, 1)"),
