@@ -224,8 +224,8 @@ def test_backbone_lr_scale_or_freezing_the_logged_peak_rate_and_the_optimizers_u
     train_script, tiny_args, optimizer, decay, freeze
 ):
     """torchvision's weight decay for each optimizer, saved; the backbone trains at its scaled rate or, frozen, not."""
-    flags = ["--optimizer", optimizer, "--lr", "0.1", "--backbone-lr-scale", "0.25", "--scheduler", "none"]
-    flags += ["--warmup-epochs", "0", "--max-steps-per-epoch", "2", *(["--freeze-backbone"] if freeze else [])]
+    flags = ["--optimizer", optimizer, "--lr", "0.1", "--scheduler", "none", "--warmup-epochs", "0"]
+    flags += ["--max-steps-per-epoch", "2", *(["--freeze-backbone"] if freeze else ["--backbone-lr-scale", "0.25"])]
     session, initial = train(train_script, [*tiny_args, *flags])
     rates = {id(param): group["lr"] for group in session.optimizer.param_groups for param in group["params"]}
     backbone = {id(param) for param in session.model.backbone.parameters()}
