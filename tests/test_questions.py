@@ -33,6 +33,7 @@ def test_copy_needs_no_trust(tmp_path):
         ("MobileNetV2", "mobilenet_v2"),
         ("Unet", "unet"),
         ("GPT2Model", "gpt2_model"),
+        ("ResNet3D", "resnet3d"),  # an acronym after a digit stays with it
     ],
 )
 def test_model_module_is_snake_case(tmp_path, model_name, module):
