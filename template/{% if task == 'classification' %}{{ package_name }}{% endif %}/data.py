@@ -222,6 +222,8 @@ def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str])
             header = reader.fieldnames or []
             if missing := [column for column in columns if column not in header]:
                 raise UsageError(f"{csv_file}: line 1: no column {missing[0]!r} (the header has: {', '.join(header)})")
+            if near := [name for name in header if name != "split" and name.strip().lower() == "split"]:
+                raise UsageError(f"{csv_file}: line 1: column {near[0]!r} is read only as split, so spelled")
             for row in reader:
                 where = f"{csv_file}: line {reader.line_num}"
                 image, label, split = ((row.get(key) or "").strip() for key in (*columns, "split"))

@@ -64,7 +64,7 @@ def resolve(backbone: str, weights: str) -> Weights | None:
         state = checkpoint.read(path, "--weights file")
         if not isinstance(state, dict):
             raise UsageError(f"--weights file {path} holds a {type(state).__name__}, not a state_dict")
-        return Weights(str(path), str(path), state=state)
+        return Weights(str(path), os.path.abspath(path), state=state)  # saved absolute: found from any folder
     if backbone == BUILTIN:
         raise UsageError(f"--weights {weights}: the builtin backbone has no torchvision weights; give a .pt/.pth file")
     family = torchvision.models.get_model_weights(backbone)
@@ -133,6 +133,8 @@ def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], co
         state[key] = resized["encoder.pos_embedding"]
     fits = f"--weights {weights.source} does not fit --backbone {config.backbone}"
     for key, tensor in own.items():
+        if key not in state and key.endswith(".num_batches_tracked"):
+            continue  # files saved before PyTorch 0.4.1 lack them (torchvision's resnet18): batch norm fills in 0
         if key not in state:
             raise UsageError(f"{fits}: {key} is missing")
         if state[key].shape != tensor.shape:
