@@ -4,6 +4,7 @@ Every random draw comes from torch's global generator, seeded per item (samplers
 """
 
 import os
+import zlib
 from pathlib import Path
 
 import torch
@@ -116,8 +117,11 @@ class ImagePatches(SkipsUnreadable, Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         if not 0 <= index < len(self):  # substitution would wrap around: end iteration here
             raise IndexError(f"item {index} of {len(self)}")
-        clean = self.first_readable(index % len(self.paths), self._clean)  # (3, P, P) or None
-        return None if clean is None else degraded_pair(clean, self.degradation, self.train, sample_seed(0, 0, index))
+        file_index = index % len(self.paths)
+        clean = self.first_readable(file_index, self._clean)  # (3, P, P) or None
+        # Validation degrades an image by its file name: alike in any folder, whatever else the folder holds.
+        seed = sample_seed(0, 0, zlib.crc32(os.path.basename(self.paths[file_index]).encode()))
+        return None if clean is None else degraded_pair(clean, self.degradation, self.train, seed)
 
     def _clean(self, file_index: int) -> torch.Tensor | None:
         """File `file_index`'s patch, float (3, P, P) in [0, 1]: random in training, central in validation."""

@@ -83,15 +83,18 @@ def training_state(
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """write(tmp), then move tmp onto `path`: the file is replaced whole or not at all.
 
-    A failed write (OSError, or torch.save's RuntimeError on a full disk) removes tmp and raises OutputError.
+    A failed write (OSError, or torch.save's RuntimeError on a full disk) removes tmp and raises OutputError; so
+    does write()'s own OutputError (a check of what it wrote), as it is.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
         write(tmp)
         os.replace(tmp, path)
-    except (OSError, RuntimeError) as err:
+    except (OSError, RuntimeError, OutputError) as err:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+        if isinstance(err, OutputError):
+            raise
         full = "" if isinstance(err, OSError) else "; is the disk full?"  # torch.save's runs out of room in C++
         raise OutputError(f"cannot write {path} ({reason(err)}{full})") from None
 

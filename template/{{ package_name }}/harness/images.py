@@ -58,6 +58,20 @@ def same_files(paths: list[str], root: Path, original: Path | None, count: int =
     return all((root / path).is_file() and filecmp.cmp(root / path, original / path, shallow=False) for path in paths)
 
 
+def refuse_partial_run_data(held_out: list[str], root: Path, original: Path | None) -> None:
+    """UsageError if `root` is the run's data (its files of `held_out` the bytes `original` holds) lacking some of them.
+
+    Scored whole, such a folder would score the images the run trained on.
+    """
+    if original is None:
+        return
+    gone = [path for path in held_out if not (root / path).is_file()]
+    kept = [path for path in held_out if (root / path).is_file() and (original / path).is_file()]
+    if gone and kept and same_files(kept, root, original):
+        why = "which it held out: scored whole, it would score the images the run trained on"
+        raise UsageError(f"{root} is the run's data without {gone[0]}, {why}")
+
+
 class UnreadableImageError(UsageError):
     """An image file that cannot be decoded; the message names the file and the reason."""
 

@@ -111,7 +111,7 @@ def build_split_loaders(
     if len(train_loader) == 0:  # the last partial batch is dropped: a share smaller than a batch gives none
         share = f" {sampler.num_samples} per process," if world_size > 1 else ""
         size = f"--batch-size {batch_size}" + (", per process" if world_size > 1 else "")
-        raise UsageError(f"the training set has {len(train)} images,{share} fewer than one batch ({size})")
+        raise UsageError(f"the training set has {len(train)} samples,{share} fewer than one batch ({size})")
     # Fork the (persistent) validation workers now, not right after an epoch's collectives: on Python < 3.11.10 a fork
     # while a thread takes the GIL afresh (a gloo thread, it seems) can hang the child (python/cpython#112275). The
     # training workers start with the first epoch: forked here too, they would race validation's pin-memory thread.
