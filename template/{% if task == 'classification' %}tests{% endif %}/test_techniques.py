@@ -109,10 +109,7 @@ def test_bf16_channels_last_and_mixup_feed_smoothed_soft_targets_to_the_loss(tra
     assert conv_weights and all(p.is_contiguous(memory_format=torch.channels_last) for p in conv_weights)
     images, targets = next(iter(session.train_loader))
     assert images.shape == (16, 3, 16, 16) and targets.shape == (16, 6) and targets.dtype == torch.float32
-    torch.testing.assert_close(targets.sum(dim=1), torch.ones(16))
-    assert (targets.max(dim=1).values < 1).any()  # mixed
-    logits = torch.randn(targets.shape)  # (N, C): the loss smooths mixed targets as it smooths class indices
-    torch.testing.assert_close(session.model.loss(logits, targets), F.cross_entropy(logits, targets * 0.7 + 0.3 / 6))
+    assert (targets.max(dim=1).values < 1).any()  # mixed (their sums and smoothing: test_data.py, test_losses.py)
 
 
 @pytest.mark.filterwarnings("error:Detected call of")  # lr_scheduler.step() before optimizer.step()

@@ -100,6 +100,7 @@ def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_av
         assert test_script.main([str(directory / "last.pt"), "--device", "cpu", "--json", str(report), *extra]) == 0
         report = json.loads(report.read_text())
         assert (report["weights"], report["samples"], set(report["per_class"])) == (weights, 40, set(state["classes"]))
+        assert report["checkpoint"] == str(directory / "last.pt")  # its folder made
         split = "val_ema" if weights == "ema" else "val"
         assert report["accuracy"] == records(directory, split)[-1]["accuracy"]  # test.py evaluates what validation did
     before = contents(directory)
@@ -238,23 +239,11 @@ def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
 
 
 def messy_image_folder(root: Path) -> list[Path]:
-    """root/{train,val}/{dark,light}/: 8 (train) and 4 (val) images in every mode PIL reads; 3 unreadable files."""
+    """root/{train,val}/{dark,light}/: 8 (train) and 4 (val) images; 3 unreadable files (every mode: test_images.py)."""
     rng = np.random.default_rng(0)
     for split, count in (("train", 8), ("val", 4)):
         for name, low in (("dark", 0), ("light", 160)):
-            folder = root / split / name
-            folder.mkdir(parents=True)
-            for i in range(count):
-                rgb = rng.integers(low, low + 96, (12, 10, 3), dtype=np.uint8)
-                mode = ("RGB", "L", "P", "RGBA", "I;16", "CMYK")[i % 6]
-                if mode == "I;16":
-                    Image.fromarray(rgb[..., 0].astype(np.uint16) * 257).save(folder / f"{i}.png")  # 16-bit gray
-                elif mode == "CMYK":
-                    exif = Image.Exif()
-                    exif[0x0112] = 8  # orientation: turn to view
-                    Image.fromarray(rgb).convert(mode).save(folder / f"{i}.jpg", exif=exif)
-                else:
-                    Image.fromarray(rgb).convert(mode).save(folder / f"{i}.png")
+            write_images(root / split / name, range(count), low)
     bad = [root / "train/dark/garbage.jpg", root / "train/light/cut.png", root / "val/dark/cut.jpg"]
     bad[0].write_bytes(rng.bytes(300))
     for path, fmt in zip(bad[1:], ("PNG", "JPEG"), strict=True):
