@@ -194,6 +194,8 @@ def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_scri
         return real_validate(*args, **kwargs)
 
     monkeypatch.setattr(train_script, "validate", validate_then_signal)
+    last = [*tiny_args, "--run-name", "last", "--epochs", "1", "--max-steps-per-epoch", "1"]
+    assert train_script.main(last) == 0 and "stopped by signal" not in capsys.readouterr().out  # it has finished
     assert train_script.main([*tiny_args, "--epochs", "3", "--max-steps-per-epoch", "1"]) == 128 + signal.SIGINT
     state = torch.load(run_dir(tiny_args) / "last.pt", weights_only=True)
     assert state["run_state"]["epoch"] == 1 and state["run_state"]["batch_in_epoch"] == 0  # epoch 1 saved, no more
@@ -206,6 +208,21 @@ def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_scri
     assert train_script.main(["--resume", str(run_dir(tiny_args))]) == 130
     kept = f"the last good checkpoint {run_dir(tiny_args) / 'last.pt'} is intact; resume: python train.py --resume"
     assert capsys.readouterr().err == f"train.py: interrupted; {kept} {run_dir(tiny_args)}\n"
+
+
+def test_a_crash_right_after_an_epochs_checkpoint_loses_none_of_its_logs(finished, train_script, tmp_path, monkeypatch):
+    """The epoch is logged first, then checkpointed: a kill -9 between the two leaves rows that a resume trims."""
+    directory = shutil.copytree(finished[0], tmp_path / "run")
+    real_save = train_script.save_checkpoints
+
+    def save_then_die(s, state, args, end_of_epoch):
+        real_save(s, state, args, end_of_epoch)
+        if end_of_epoch:
+            raise KeyboardInterrupt  # as nothing after the write ran
+
+    monkeypatch.setattr(train_script, "save_checkpoints", save_then_die)
+    assert train_script.main(["--resume", str(directory), "--epochs", "4"]) == 130
+    assert [r["epoch"] for r in records(directory, "val")] == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize(
@@ -274,11 +291,11 @@ def test_the_same_command_line_again_continues_the_run_and_unreadable_images_are
     assert [(r["unreadable_train"], r["unreadable_val"], r["samples"]) for r in val] == [(2, 1, 8)] * 2
     assert train_script.main(argv) == 0  # the requeued job: nothing left to train, and no flag refused
     assert "runs/job-17 is finished (epoch 2 of --epochs 2)" in capfd.readouterr().out
-    assert train_script.main([*argv, "--epochs", "3"]) == 0  # and with more epochs it trains on
+    assert train_script.main([*argv, "--epochs", "3", "--no-channels-last"]) == 0  # more epochs, a flag turned off
     state = torch.load(tmp_path / "runs" / "job-17" / "last.pt", weights_only=True)
     assert state["run_state"]["epoch"] == 3 and state["run_state"]["global_step"] == 9  # 16 images in batches of 6
     assert state["classes"] == ["dark", "light"] and state["args"]["dataset"] == "imagefolder"  # what was used
-    assert state["args"]["num_workers"] >= 1  # the default for image files, as used
+    assert state["args"]["num_workers"] >= 1 and not state["args"]["channels_last"]  # image files' default; off
 
     assert test_script.main(["runs/job-17", "--device", "cpu", "--json", "report.json"]) == 0
     report = json.loads((tmp_path / "report.json").read_text())

@@ -17,14 +17,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 
 from . import UsageError
-from .harness.images import (
-    IMAGE_EXTENSIONS,
-    SkipsUnreadable,
-    is_hidden,
-    list_images,
-    refuse_partial_run_data,
-    same_files,
-)
+from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable, check_held_out, is_hidden, list_images, same_files
 from .harness.samplers import hold_out
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, Preprocessing, build_transforms
@@ -178,7 +171,7 @@ def validation_split(
     options.update(labels=labels, val_fraction=1.0, classes=state["classes"])  # a test set may lack some classes
     if held_out := state.get("held_out"):  # the run's data again, moved say: never the images it trained on
         original = Path(trained["data_dir"] or Path(trained["labels"]).parent)  # where the run read them
-        refuse_partial_run_data(held_out, data_dir or labels.parent, original)
+        check_held_out(held_out, data_dir or labels.parent, original)
         with contextlib.suppress(HeldOutGoneError):
             split = build_datasets(name, data_dir, prep, splits=("val",), **options, held_out=held_out)
             if split.held_out and same_files(held_out, data_dir or labels.parent, original):  # not a test set alike

@@ -58,7 +58,7 @@ def same_files(paths: list[str], root: Path, original: Path | None, count: int =
     return all((root / path).is_file() and filecmp.cmp(root / path, original / path, shallow=False) for path in paths)
 
 
-def refuse_partial_run_data(held_out: list[str], root: Path, original: Path | None) -> None:
+def check_held_out(held_out: list[str], root: Path, original: Path | None) -> None:
     """UsageError if `root` is the run's data (its files of `held_out` the bytes `original` holds) lacking some of them.
 
     Scored whole, such a folder would score the images the run trained on.

@@ -130,8 +130,8 @@ def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, pati
         )
     if patience is not None and run_state["epochs_without_improvement"] >= patience:
         raise RunFinished(
-            f"{run_dir} stopped early, after {patience} epochs without a better validation score; "
-            "resume with a larger --patience to train on"
+            f"{run_dir} has had {run_state['epochs_without_improvement']} epochs without a better validation score, "
+            f"which meets --patience {patience}; resume with a larger --patience to train on"
         )
 
 
