@@ -239,6 +239,10 @@ NEAR_MISSES = {
             def forward(self, x: torch.Tensor) -> torch.Tensor:
                 return self.body(x) * GAIN
 
+            def regroup(self, layers: list[int]) -> int:
+                self.depths = layers  # numbers: `layers` holds modules in __init__ alone
+                return len(layers)
+
 
         class Wide(nn.Linear):  # inherits forward
             def forward(self, x):
@@ -255,6 +259,11 @@ NEAR_MISSES = {
 
             def __getitem__(self, i: int) -> float:
                 return self.data[i]
+
+
+        class Block:  # a plain callable, named like the module in layers.py
+            def __call__(self, x: float) -> float:
+                return x
 
 
         def loader(dataset: Dataset) -> torch.utils.data.DataLoader:

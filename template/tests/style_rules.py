@@ -84,10 +84,10 @@ class Project:
         paths = sorted((root / package).rglob("*.py")) + sorted(root.glob("*.py"))
         self.sources = [Source(root, path) for path in paths]
         self.modules = {s.module for s in self.sources} - {SCRIPTS}
-        self.module_classes: set[str] = set()  # the names of the project's nn.Module subclasses
+        self.module_classes: set[str] = set()  # the project's nn.Module subclasses: "pkg.layers.Block", "train.Net"
         classes = list(self.walk(ast.ClassDef))
         for _ in classes:  # a class may derive from a module class defined below it or in another file
-            self.module_classes |= {c.name for s, c in classes if any(self.is_module(s.resolve(b)) for b in c.bases)}
+            self.module_classes |= {self.qualified(s, c.name) for s, c in classes if self.defines_module(s, c)}
 
     def files(self, *tops: str | None) -> list[Source]:
         """All the files, or those of the named top-level modules (SCRIPTS for the scripts)."""
@@ -100,10 +100,19 @@ class Project:
         """(file, call) for every call of the form `x.method(...)`."""
         return ((src, call) for src, call in self.walk(ast.Call) if getattr(call.func, "attr", "") == method)
 
-    def is_module(self, name: str) -> bool:
-        """Whether a resolved class name is an nn.Module: a class of torch.nn, or a project subclass of one."""
+    def qualified(self, src: Source, name: str) -> str:
+        """A class name as resolved in `src` (src.resolve), made whole: Block defined there is pkg.layers.Block."""
+        where = [self.package, src.module] if src.module is not SCRIPTS else [Path(src.path).stem]
+        return name if "." in name else ".".join(filter(None, [*where, name]))
+
+    def is_module(self, name: str, src: Source) -> bool:
+        """Whether a class name resolved in `src` is an nn.Module: torch.nn's, or a project subclass of one."""
         of_nn = name.startswith("torch.nn.") and name.count(".") == 2 and name[9:10].isupper()
-        return of_nn or name.split(".")[-1] in self.module_classes
+        return of_nn or name.startswith("torch.nn.modules.") or self.qualified(src, name) in self.module_classes
+
+    def defines_module(self, src: Source, cls: ast.ClassDef) -> bool:
+        """Whether the class is an nn.Module subclass (one of another file named alike is another class)."""
+        return any(self.is_module(src.resolve(base), src) for base in cls.bases)
 
     def imports(self, *tops: str | None) -> Iterator[tuple[Source, str, int]]:
         """(file, module inside the package, line) for each import of project code; "" is the package itself."""
@@ -121,27 +130,34 @@ class Contents:
     def __init__(self, p: Project, src: Source, cls: ast.ClassDef) -> None:
         self.p, self.src = p, src
         self.kinds: dict[str, str] = {}  # name -> "module" or "plain"; "" gathers what has no name (x.y[0] = conv)
+        # A local name is its method's own ("forward:layers"): `layers` may hold ints in one method, blocks in another.
+        self.scope = {id(n): f.name for f in nodes(cls, ast.FunctionDef, ast.AsyncFunctionDef) for n in ast.walk(f)}
         for _ in range(2):  # twice: a list may be filled below the line that stores it
             for node in nodes(cls, ast.Call, ast.Assign, ast.AnnAssign, ast.AugAssign):
                 if isinstance(node, ast.Call):  # blocks.append(conv), blocks.insert(0, conv), blocks.extend([...])
                     added = getattr(node.func, "attr", "")
                     if added in ("append", "insert", "extend") and node.args and self.kind(node.args[-1]):
-                        self.kinds[key(node.func.value)] = "plain"
+                        self.kinds[self.key(node.func.value)] = "plain"
                     continue
                 found = self.kind(node.value)
                 for target in targets(node):
                     if isinstance(target, ast.Subscript) and found:  # self.heads["a"] = nn.Linear(2, 2)
-                        self.kinds[key(target.value)] = "plain"
+                        self.kinds[self.key(target.value)] = "plain"
                     elif found == "plain" or (found and isinstance(target, ast.Name)):
-                        self.kinds[key(target)] = found
+                        self.kinds[self.key(target)] = found
+
+    def key(self, node: ast.AST) -> str:
+        """key(node), a local name prefixed with its method's: "self.blocks", "__init__:blocks"."""
+        name = key(node)
+        return name if name.startswith("self.") or not name else f"{self.scope.get(id(node), '')}:{name}"
 
     def kind(self, node: ast.expr | None) -> str:
         """What the expression is: "module" (a call of a module class, or a local bound to one), "plain" (a plain
         list, tuple, set or dict with modules in it) or ""."""
-        if isinstance(node, ast.Call) and self.p.is_module(self.src.resolve(node.func)):
+        if isinstance(node, ast.Call) and self.p.is_module(self.src.resolve(node.func), self.src):
             return "module"
         if key(node):
-            return self.kinds.get(key(node), "")
+            return self.kinds.get(self.key(node), "")
         plain = isinstance(node, ast.Call) and key(node.func) in ("list", "tuple", "dict")  # list(blocks)
         parts = node.args if plain else ast.iter_child_nodes(node) if isinstance(node, CONTAINERS) else []
         return "plain" if any(self.kind(part) for part in parts) else ""  # [conv, *blocks], blocks + [head]
@@ -209,7 +225,7 @@ class Rules(Project):
     def no_call_override(self) -> Found:
         """A.12, A.13: no nn.Module overrides __call__: hooks and tracing run in nn.Module.__call__."""
         for src, cls in self.walk(ast.ClassDef):
-            for method in methods(cls, "__call__") if cls.name in self.module_classes else []:
+            for method in methods(cls, "__call__") if self.defines_module(src, cls) else []:
                 yield src.path, method.lineno, f"{cls.name} overrides __call__; compute in forward instead"
 
     def call_modules_not_forward(self) -> Found:
@@ -229,7 +245,7 @@ class Rules(Project):
     def losses_are_modules(self) -> Found:
         """A.11, A.17: every class in losses.py is an nn.Module."""
         for src, cls in self.walk(ast.ClassDef, tops=["losses"]):
-            if cls.name not in self.module_classes:
+            if not self.defines_module(src, cls):
                 yield src.path, cls.lineno, f"class {cls.name} is not an nn.Module subclass"
 
     def ops_are_functions(self) -> Found:
@@ -237,13 +253,13 @@ class Rules(Project):
         for src, node in self.walk(ast.ClassDef, ast.Global, tops=["ops"]):
             if isinstance(node, ast.Global):
                 yield src.path, node.lineno, f"global {', '.join(node.names)}: ops keep no state"
-            elif node.name in self.module_classes:
+            elif self.defines_module(src, node):
                 yield src.path, node.lineno, f"class {node.name} is an nn.Module; modules go in layers.py"
 
     def no_plain_list_of_modules(self) -> Found:
         """B.T3: modules kept on self go in nn.Sequential or nn.ModuleList, never a plain list (unregistered)."""
         for src, cls in self.walk(ast.ClassDef):
-            if cls.name not in self.module_classes:
+            if not self.defines_module(src, cls):
                 continue
             contents = Contents(self, src, cls)
             stores = [(n, key(t)) for n in nodes(cls, ast.Assign, ast.AnnAssign) for t in targets(n) if n.value]
