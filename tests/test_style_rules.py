@@ -185,6 +185,13 @@ BAD = [
     ("no-dot-data", "<pkg>/ops.py", "def snapshot(model):\n    return [p.data for p in model.parameters()]  # <-\n"),
     ("no-dot-data", "<pkg>/ops.py", "import torch\n\n\ndef zeros():\n    return torch.zeros(3).data  # <-\n"),
     ("no-cuda-call", "<pkg>/layers.py", "def to_gpu(x):\n    return x.cuda()  # <-\n"),
+    ("no-cuda-call", "<pkg>/ops.py", code("""
+        import torch
+
+
+        def on_gpu(x):
+            return torch.ones(2, device="cuda:0") + x.to("cuda")  # <-
+    """)),
     ("torch-load-weights-only", "<pkg>/harness/checkpoint.py", code("""
         import torch
 
@@ -244,6 +251,11 @@ NEAR_MISSES = {
                 return len(layers)
 
 
+        class Stack(nn.Sequential):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return nn.Sequential.forward(self, x) + x  # the base class's forward
+
+
         class Wide(nn.Linear):  # inherits forward
             def forward(self, x):
                 return super().forward(x) * 2
@@ -279,9 +291,15 @@ NEAR_MISSES = {
 
         def load(path):
             return torch.load(path, map_location="cpu", weights_only=True)
+
+
+        def gpu(rank):
+            return torch.device("cuda", rank)  # the harness chooses the device
     """),
     "train.py": code("""
         "Train a model."
+
+        import re
 
         import torch
 
@@ -289,6 +307,7 @@ NEAR_MISSES = {
         from <pkg>.<model> import Model
 
         DEFAULTS = {"lr": 1e-3}
+        RUN_NAME = re.compile(r"[a-z0-9-]+")
         CHOICES = tuple(sorted(["b", "a"]))
         try:
             import torchinfo

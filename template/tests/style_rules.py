@@ -18,6 +18,7 @@ HARNESS = "harness"  # the subpackage that trains, checkpoints and scales the mo
 MAY_IMPORT = {"ops": (), "layers": ("ops",), "networks": ("layers", "ops"), "losses": ("layers", "networks", "ops")}
 # Calls that only build a constant, allowed at the top level of a script.
 INERT_CALLS = {"frozenset", "set", "tuple", "list", "dict", "range", "sorted", "pathlib.Path", "logging.getLogger"}
+INERT_CALLS |= {"re.compile", "collections.namedtuple", "typing.TypeVar", "os.path.dirname", "os.path.abspath"}
 # Expressions that build a plain container: modules in them are not registered on the module that keeps them.
 CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp, ast.BinOp, ast.Starred)
 SCRIPTS = None  # the module of a top-level script: p.files(SCRIPTS) are train.py, test.py, ...
@@ -229,10 +230,12 @@ class Rules(Project):
                 yield src.path, method.lineno, f"{cls.name} overrides __call__; compute in forward instead"
 
     def call_modules_not_forward(self) -> Found:
-        """A.13, A.44: call a module, model(x), never model.forward(x) (it skips hooks); super().forward() is fine."""
+        """A.13, A.44: call a module, model(x), never model.forward(x) (it skips hooks); a base class's is fine:
+        super().forward(x), nn.Sequential.forward(self, x)."""
         for src, call in self.method_calls("forward"):
             target = call.func.value
-            if not (isinstance(target, ast.Call) and key(target.func) == "super"):
+            of_base = bool(call.args) and key(call.args[0]) == "self"  # nn.Sequential.forward(self, x) in a subclass
+            if not (isinstance(target, ast.Call) and key(target.func) == "super") and not of_base:
                 yield src.path, call.lineno, f"{short(call)} skips hooks; call {short(target)}(...) instead"
 
     def no_numpy_in_forward(self) -> Found:
@@ -268,7 +271,7 @@ class Rules(Project):
             registered = {name for node, name in stores if contents.kind(node.value) == "module"}
             for node, name in stores:
                 if name not in registered and "plain" in (contents.kinds.get(name), contents.kind(node.value)):
-                    what = "unseen by .to(), parameters() and state_dict(); use nn.ModuleList"
+                    what = "unseen by .to(), parameters() and state_dict(); use nn.ModuleList or nn.ModuleDict"
                     yield src.path, node.lineno, f"{name} holds modules in a plain container, {what}"
 
     def no_variable(self) -> Found:
@@ -289,9 +292,15 @@ class Rules(Project):
                 yield src.path, node.lineno, f"{short(node)}; use .detach() or torch.no_grad()"
 
     def no_cuda_call(self) -> Found:
-        """B.T1, D.27: no .cuda(); choose the device once, then .to(device) and device= on factories."""
+        """B.T1, D.27: no .cuda(), nor "cuda" written into .to(), torch.device() or device= outside the harness;
+        the harness chooses the device once, then .to(device) and device= on factories."""
         for src, call in self.method_calls("cuda"):
             yield src.path, call.lineno, f"{short(call)}; use .to(device)"
+        for src, call in self.walk(ast.Call):
+            to_device = getattr(call.func, "attr", "") == "to" or src.resolve(call.func) == "torch.device"
+            given = [*(call.args if to_device else []), *(k.value for k in call.keywords if k.arg == "device")]
+            if src.top != HARNESS and any(isinstance(a, ast.Constant) and str(a.value)[:4] == "cuda" for a in given):
+                yield src.path, call.lineno, f"{short(call)} names the GPU; pass the device the harness chose"
 
     def torch_load_weights_only(self) -> Found:
         """D.4: torch.load always with weights_only=True: unpickling arbitrary objects can run code."""
@@ -301,10 +310,10 @@ class Rules(Project):
                 yield src.path, call.lineno, f"{short(call)}; pass weights_only=True"
 
     def loaders_live_in_data(self) -> Found:
-        """A.39: the scripts build no DataLoader themselves; the dataset module does."""
+        """A.39: the scripts build no DataLoader themselves; the package does (task.build_loaders)."""
         for src, call in self.walk(ast.Call, tops=[SCRIPTS]):
             if src.resolve(call.func).endswith("DataLoader"):
-                yield src.path, call.lineno, f"{short(call)}; build loaders in data.py"
+                yield src.path, call.lineno, f"{short(call)}; build loaders in the package, as task.build_loaders does"
 
     def no_import_time_work(self) -> Found:
         """A.20, A.21: importing a script does nothing: no seeds, backend flags, files or training at the top level."""
