@@ -9,6 +9,7 @@ import subprocess
 from contextlib import redirect_stderr
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import REPO, render
@@ -49,3 +50,18 @@ def test_without_a_release_tag_copier_copies_head_as_the_readme_says(tmp_path):
     assert message in (REPO / "README.md").read_text()
     recorded = yaml.safe_load(Path(tmp_path / "p" / ".copier-answers.yml").read_text())["_commit"]
     assert str(recorded) == head.strip()  # the commit's hash, as the README says
+
+
+@pytest.mark.parametrize("task", ["classification", "restoration"])
+def test_the_readmes_line_counts_are_a_default_renderings(tmp_path, task):
+    """The "now" rows of "How much code a project is": room, harness, scripts, code and tests, as `wc -l` counts."""
+    project = render(tmp_path / "p", task=task)
+    package = project / yaml.safe_load((project / ".copier-answers.yml").read_text())["package_name"]
+    room, harness, scripts, tests = (
+        sum(len(path.read_text().splitlines()) for path in paths)
+        for paths in (package.glob("*.py"), (package / "harness").glob("*.py"), project.glob("*.py"),
+                      (project / "tests").rglob("*.py"))
+    )  # fmt: skip
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith(f"| {task} | now |"))
+    counted = [int(cell.replace(",", "")) for cell in row.split("|")[3:8]]
+    assert counted == [room, harness, scripts, room + harness + scripts, tests], "update README.md's table"
