@@ -2,6 +2,7 @@
 
 import contextlib
 import filecmp
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable
@@ -128,6 +129,7 @@ class SkipsUnreadable:
         """Start with no file flagged; `strict`: raise at the first unreadable file, else skip it (first_readable)."""
         self.root, self.strict, self.substitute = root, strict, substitute
         self.unreadable = torch.zeros(num_files, dtype=torch.bool).share_memory_()
+        self.naming = multiprocessing.Lock()  # passed to the loader's workers as they start
 
     def first_readable(self, index: int, read: Callable[[int], T | None]) -> T | None:
         """read(index), None for an unreadable file; with `substitute` (training), the next readable file's item."""
@@ -148,7 +150,9 @@ class SkipsUnreadable:
         except UnreadableImageError as err:
             if self.strict:
                 raise UnreadableImageError(f"{err}; --strict-data stops at the first unreadable file") from None
-            if not self.unreadable[index]:  # another worker, reading it meanwhile, may have named it already
+            with self.naming:  # two workers that fail on it at once: the first names it
+                named = bool(self.unreadable[index])
                 self.unreadable[index] = True
+            if not named:
                 print(f"skipping an unreadable image: {err}", file=sys.stderr, flush=True)
             return None
