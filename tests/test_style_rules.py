@@ -127,6 +127,30 @@ BAD = [
             def forward(self, x):
                 return x
     """)),
+    ("no-plain-list-of-modules", "<pkg>/layers.py", code("""
+        import copy
+
+        from torch import nn
+
+
+        def make_block(width):
+            return nn.Conv2d(width, width, 3)
+
+
+        class Tower(nn.Module):
+            def __init__(self, width: int, depth: int) -> None:
+                super().__init__()
+                self.blocks = [make_block(width) for _ in range(depth)]  # <-
+                self.stages = [self._stage(width) for _ in range(depth)]  # <-
+                block = make_block(width)
+                self.copies = [copy.deepcopy(block) for _ in range(depth)]  # <-
+
+            def _stage(self, width: int) -> nn.Sequential:
+                return nn.Sequential(nn.Conv2d(width, width, 1))
+
+            def forward(self, x):
+                return x
+    """)),
     ("no-plain-list-of-modules", "<pkg>/networks.py", code("""
         from torch import nn
 
@@ -229,10 +253,15 @@ NEAR_MISSES = {
         GAIN = float(np.sqrt(2.0))  # NumPy outside forward
 
 
+        def half(width: int) -> int:
+            return width // 2
+
+
         class Block(nn.Module):
             def __init__(self, widths: list[int]) -> None:
                 super().__init__()
                 self.widths = list(widths)  # numbers, not modules
+                self.halves = [half(w) for w in widths]  # numbers from a helper that builds no module
                 layers: list[nn.Module] = [nn.Linear(w, w) for w in widths]
                 self.body = nn.Sequential(*layers)
                 self.heads = nn.ModuleList([nn.Linear(2, 2)])

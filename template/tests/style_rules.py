@@ -89,6 +89,9 @@ class Project:
         classes = list(self.walk(ast.ClassDef))
         for _ in classes:  # a class may derive from a module class defined below it or in another file
             self.module_classes |= {self.qualified(s, c.name) for s, c in classes if self.defines_module(s, c)}
+        # Functions and methods that build a module ("pkg.layers.make_block"): a call of one makes a module too.
+        self.builders: set[str] = set()
+        self.builders = {self.qualified(s, f.name) for s, f in self.walk(ast.FunctionDef) if self.builds_module(s, f)}
 
     def files(self, *tops: str | None) -> list[Source]:
         """All the files, or those of the named top-level modules (SCRIPTS for the scripts)."""
@@ -110,6 +113,20 @@ class Project:
         """Whether a class name resolved in `src` is an nn.Module: torch.nn's, or a project subclass of one."""
         of_nn = name.startswith("torch.nn.") and name.count(".") == 2 and name[9:10].isupper()
         return of_nn or name.startswith("torch.nn.modules.") or self.qualified(src, name) in self.module_classes
+
+    def makes_module(self, src: Source, node: ast.AST) -> bool:
+        """Whether an expression is a call of a module class or of a function that builds a module."""
+        called = src.resolve(node.func) if isinstance(node, ast.Call) else ""
+        return bool(called) and (
+            self.is_module(called, src) or self.qualified(src, called.removeprefix("self.")) in self.builders
+        )
+
+    def builds_module(self, src: Source, func: ast.FunctionDef) -> bool:
+        """Whether a function returns a module: its return annotation names one, or each `return` makes one."""
+        if func.returns is not None:
+            return self.is_module(src.resolve(func.returns), src)
+        returned = [node.value for node in nodes(func, ast.Return)]
+        return bool(returned) and all(self.makes_module(src, value) for value in returned)
 
     def defines_module(self, src: Source, cls: ast.ClassDef) -> bool:
         """Whether the class is an nn.Module subclass (one of another file named alike is another class)."""
@@ -155,8 +172,10 @@ class Contents:
     def kind(self, node: ast.expr | None) -> str:
         """What the expression is: "module" (a call of a module class, or a local bound to one), "plain" (a plain
         list, tuple, set or dict with modules in it) or ""."""
-        if isinstance(node, ast.Call) and self.p.is_module(self.src.resolve(node.func), self.src):
+        if self.p.makes_module(self.src, node):
             return "module"
+        if isinstance(node, ast.Call) and self.src.resolve(node.func) == "copy.deepcopy" and node.args:
+            return self.kind(node.args[0])  # a copy of a module is one
         if key(node):
             return self.kinds.get(self.key(node), "")
         plain = isinstance(node, ast.Call) and key(node.func) in ("list", "tuple", "dict")  # list(blocks)
