@@ -90,7 +90,7 @@ class Project:
         for _ in classes:  # a class may derive from a module class defined below it or in another file
             self.module_classes |= {self.qualified(s, c.name) for s, c in classes if self.defines_module(s, c)}
         # Functions and methods that build a module ("pkg.layers.make_block"): a call of one makes a module too.
-        self.builders: set[str] = set()
+        self.builders: set[str] = set()  # empty while the set is made: builders of module classes alone
         self.builders = {self.qualified(s, f.name) for s, f in self.walk(ast.FunctionDef) if self.builds_module(s, f)}
 
     def files(self, *tops: str | None) -> list[Source]:
