@@ -107,21 +107,22 @@ def save(state: dict[str, Any], path: Path) -> None:
 def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, keep_epochs: int = 0) -> None:
     """Write best.pt when `best`, epoch-<epoch>.pt when keep_epochs > 0 (the newest keep_epochs kept), then last.pt.
 
-    last.pt comes last: after a failed write it is still the previous epoch's.
+    last.pt comes last: after a failed write it is still the previous epoch's. Epoch files numbered above `epoch`
+    (a continuation the run was resumed from before) are not pruned: newer by number, they are not the run's newest.
     """
     paths = [run_dir / name for name in ["best.pt"] * best + [f"epoch-{epoch}.pt"] * (keep_epochs > 0) + ["last.pt"]]
     save(state, paths[0])
     for path in paths[1:]:
         write_atomic(path, lambda tmp: shutil.copyfile(paths[0], tmp))
     if keep_epochs > 0:
-        for path in epoch_checkpoints(run_dir)[:-keep_epochs]:
+        for path in epoch_checkpoints(run_dir, up_to=epoch)[:-keep_epochs]:
             path.unlink()
 
 
-def epoch_checkpoints(run_dir: Path) -> list[Path]:
-    """The epoch-<N>.pt files of a run, oldest first (epoch-3-backup.pt is not one)."""
+def epoch_checkpoints(run_dir: Path, up_to: float = math.inf) -> list[Path]:
+    """The epoch-<N>.pt files of a run with N <= up_to, oldest first (epoch-3-backup.pt is not one)."""
     numbered = [(int(m[1]), p) for p in run_dir.iterdir() if (m := re.fullmatch(r"epoch-(\d+)\.pt", p.name))]
-    return [path for _, path in sorted(numbered)]
+    return [path for n, path in sorted(numbered) if n <= up_to]
 
 
 def resolve(path: Path) -> Path:

@@ -123,6 +123,16 @@ class StopSignal:
         return self.signal is not None
 
 
+def refuse_idle_flags(args: argparse.Namespace, given: Collection[str], acts_only_with: dict[str, tuple]) -> None:
+    """UsageError for a flag `given` where it would change nothing, rather than ignore it silently.
+
+    `acts_only_with`: flag (by dest) -> (what it needs, in words; a predicate on `args` that says whether it acts).
+    """
+    for name, (needs, acts) in acts_only_with.items():
+        if name in given and not acts(args):
+            raise UsageError(f"--{name.replace('_', '-')} acts only with {needs}; leave it out")
+
+
 def print_once(message: str, file: TextIO | None = None) -> None:
     """print() a line; under torchrun (which sets LOCAL_RANK) from the first process of each machine only."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
