@@ -388,6 +388,7 @@ BAD_INPUTS = [
     (["--ema-every", "2"], "--ema-every acts only with --ema-decay above 0; leave it out"),
     (["--momentum", "0.5"], "--momentum acts only with --optimizer sgd or sgd_nesterov"),  # adamw, the default
     (["--dataset", "shapes", "--data-dir", "{tmp}/empty"], "--data-dir acts only with a --dataset of files"),
+    (["--download"], "--download acts only with a torchvision --dataset; leave it out"),
     (["--backbone-lr-scale", "0.1", "--freeze-backbone"], "--backbone-lr-scale acts only with a backbone that trains"),
     (["--dropout", "1.5"], "--dropout: must be in [0, 1)"),
     (["--label-smoothing", "2"], "--label-smoothing: must be in [0, 1)"),

@@ -17,7 +17,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 
 from . import UsageError
-from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable, check_held_out, is_hidden, list_images, same_files
+from .harness.images import IMAGE_EXTENSIONS, SkipsUnreadable, is_hidden, list_images
 from .harness.samplers import hold_out
 from .shapes import SHAPES, SyntheticShapes
 from .transforms import Augmentation, Preprocessing, build_transforms
@@ -31,10 +31,6 @@ DATASETS = ("shapes", "imagefolder", "csv", *TORCHVISION_DATASETS)
 SPLIT_NAMES = {"train", "training", "val", "valid", "validation", "test", "testing"}  # folder names, any case
 
 
-class HeldOutGoneError(UsageError):
-    """A run's held-out images are not all in the data: it is not the run's, or some of them were deleted."""
-
-
 class DataSplits(NamedTuple):
     """The train and validation datasets (None where not asked for) plus what the model needs to know about them."""
 
@@ -46,12 +42,21 @@ class DataSplits(NamedTuple):
 
 
 class ImageFiles(SkipsUnreadable, Dataset):
-    """(path, class index) `samples` under `root` as (image, class index) items, skipping as SkipsUnreadable says."""
+    """(path, class index) `samples` under `root` as (image, class index) items, skipping as SkipsUnreadable says.
+
+    Images are read with `channels` (3: RGB, 1: gray).
+    """
 
     def __init__(
-        self, samples: list[tuple[str, int]], root: Path, transform: v2.Compose, strict: bool, substitute: bool
+        self,
+        samples: list[tuple[str, int]],
+        root: Path,
+        transform: v2.Compose,
+        strict: bool,
+        substitute: bool,
+        channels: int = 3,
     ) -> None:
-        self.samples, self.transform = samples, transform
+        self.samples, self.transform, self.channels = samples, transform, channels
         self.track_unreadable(len(samples), str(root), strict=strict, substitute=substitute)
 
     def __len__(self) -> int:
@@ -62,7 +67,7 @@ class ImageFiles(SkipsUnreadable, Dataset):
 
     def _read(self, index: int) -> tuple[torch.Tensor, int] | None:
         path, label = self.samples[index]
-        image = self.open_file(index, path)
+        image = self.open_file(index, path, self.channels)
         return None if image is None else (self.transform(image), label)
 
 
@@ -83,6 +88,7 @@ def build_datasets(
     val_fraction: float = 0.1,
     held_out: list[str] | None = None,
     classes: list[str] | None = None,
+    channels: int = 3,
     download: bool = False,
     strict: bool = False,
     seed: int = 0,
@@ -92,16 +98,15 @@ def build_datasets(
     """The `splits` asked for (the other is None): training's augmented as `augment` says, both preprocessed by `prep`.
 
     Image files' validation split is DIR/val/, the CSV's split column, or the images held out (assign_splits).
-    Their labels index `classes` (a trained model's: UsageError for another label), else their sorted set.
+    Their labels index `classes` (a trained model's: UsageError for another label), else their sorted set; they are
+    read with `channels` (a trained model's: 1 for one trained on gray images).
     UsageError on a missing or empty source; `strict`: an unreadable image raises images.UnreadableImageError.
     """
-    if download and name not in TORCHVISION_DATASETS:
-        raise UsageError("--download applies only to --dataset cifar10, mnist or fashionmnist")
     if (labels is not None) != (name == "csv"):
         raise UsageError("--labels FILE.csv and --dataset csv go together")
     if name not in DATASETS:
         raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
-    channels = TORCHVISION_DATASETS[name][1] if name in TORCHVISION_DATASETS else 3
+    channels = TORCHVISION_DATASETS[name][1] if name in TORCHVISION_DATASETS else channels
     gray, sized = channels == 1, name == "shapes"
     transforms = {s: build_transforms(prep, augment if s == "train" else None, gray=gray, sized=sized) for s in splits}
     if name == "shapes":  # distinct seeds per split, so no validation image is a training image
@@ -135,8 +140,8 @@ def build_datasets(
     if empty := [s for s in splits if not samples[s]]:  # a CSV's split column naming one split alone, or images gone
         reason = "every image left is held out" if chosen else "name both train and val in its split column"
         raise UsageError(f"{labels or root}: no {empty[0]} images: {reason}")
-    made = {s: ImageFiles(samples[s], root, transforms[s], strict=strict, substitute=s == "train") for s in splits}
-    return DataSplits(made.get("train"), made.get("val"), classes, 3, chosen)
+    made = {s: ImageFiles(samples[s], root, transforms[s], strict, s == "train", channels) for s in splits}
+    return DataSplits(made.get("train"), made.get("val"), classes, channels, chosen)
 
 
 def run_options(args: dict[str, Any]) -> dict[str, Any]:
@@ -151,32 +156,13 @@ def run_options(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def validation_split(
-    state: dict[str, Any], prep: Preprocessing, data_dir: Path | None = None, labels: Path | None = None, **options: Any
-) -> DataSplits:
-    """The images test.py evaluates (.val): the validation split of checkpoint `state`'s run, or other data.
-
-    Other data (`data_dir` or the `labels` CSV) gives its val split, or all its images, labelled among the
-    checkpoint's classes; data holding every image the run held out (the same files, where the run's folder still
-    has them) gives those alone. `options`: build_datasets'.
-    """
+def validation_split(state: dict[str, Any], prep: Preprocessing, **options: Any) -> DataSplits:
+    """The validation split (.val) of checkpoint `state`'s run, as train.py built it; `options`: build_datasets'."""
     trained = state["args"]
+    data_dir = Path(trained["data_dir"]) if trained["data_dir"] else None
     options = {**run_options(trained), **options}
-    if data_dir is None and labels is None:  # the run's own validation images
-        data_dir = Path(trained["data_dir"]) if trained["data_dir"] else None
-        name = dataset_name(trained["dataset"], data_dir)
-        return build_datasets(name, data_dir, prep, splits=("val",), held_out=state.get("held_out"), **options)
-    torchvision_run = labels is None and trained["dataset"] in TORCHVISION_DATASETS  # its test split under data_dir
-    name = dataset_name(trained["dataset"] if torchvision_run else None, data_dir, labels)
-    options.update(labels=labels, val_fraction=1.0, classes=state["classes"])  # a test set may lack some classes
-    if held_out := state.get("held_out"):  # the run's data again, moved say: never the images it trained on
-        original = Path(trained["data_dir"] or Path(trained["labels"]).parent)  # where the run read them
-        check_held_out(held_out, data_dir or labels.parent, original)
-        with contextlib.suppress(HeldOutGoneError):
-            split = build_datasets(name, data_dir, prep, splits=("val",), **options, held_out=held_out)
-            if split.held_out and same_files(held_out, data_dir or labels.parent, original):  # not a test set alike
-                return split
-    return build_datasets(name, data_dir, prep, splits=("val",), **options)._replace(held_out=[])
+    name = dataset_name(trained["dataset"], data_dir)
+    return build_datasets(name, data_dir, prep, splits=("val",), held_out=state.get("held_out"), **options)
 
 
 def split_folders(data_dir: Path) -> bool:
@@ -253,7 +239,7 @@ def assign_splits(
 ) -> tuple[list[tuple], list[str]]:
     """`rows` with their splits, and the images held out for validation ([] where the rows give every split).
 
-    Those are `held_out` (a run's: HeldOutGoneError if one is not in `rows`), else every image with `fraction` 1,
+    Those are `held_out` (a run's: UsageError if one is not in `rows`), else every image with `fraction` 1,
     else `fraction` of each class's, chosen by samplers.hold_out from "<class>/<path>": stable as images are added.
     """
     if all(split is not None for _, _, split in rows):
@@ -271,7 +257,7 @@ def assign_splits(
             held_out += [key.removeprefix(f"{label}/") for key in hold_out(keys, fraction)]
         held_out.sort()
     if missing := set(held_out) - {path for path, _, _ in rows}:
-        raise HeldOutGoneError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
+        raise UsageError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
     held = set(held_out)
     return [(path, label, "val" if path in held else "train") for path, label, _ in rows], held_out
 

@@ -2,10 +2,11 @@
 
 import contextlib
 import filecmp
+import itertools
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TypeVar
 
@@ -50,27 +51,29 @@ def list_images(folder: Path) -> list[Path]:
     return sorted(found, key=str)
 
 
-def same_files(paths: list[str], root: Path, original: Path | None, count: int = 16) -> bool:
-    """Whether `root` holds the bytes `original` holds under the first `count` of `paths`, where it still has them.
+def is_runs_data(
+    scored: list[str], root: Path, held_out: list[str], original: Path | None, trained: Collection[str] | None = None
+) -> bool:
+    """Whether the images `scored` (paths under `root`) are the data of a run that held out `held_out` of `original`.
 
-    Tells a run's data, moved (its folder gone, or a copy), from a test set whose file names are the same.
+    They are if they include images it trained on (`trained`, by default the files `original` holds that it did not
+    hold out; the first 16 found there compared byte for byte) or, that folder gone, every held-out path.
+
+    UsageError if so and a held-out image is not among them: scored whole, they hold images the run trained on. A
+    test set (named like the run's images or not, some of its validation images or not) is not the run's data.
     """
-    paths = [path for path in paths[:count] if original is not None and (original / path).is_file()]
-    return all((root / path).is_file() and filecmp.cmp(root / path, original / path, shallow=False) for path in paths)
-
-
-def check_held_out(held_out: list[str], root: Path, original: Path | None) -> None:
-    """UsageError if `root` is the run's data (its files of `held_out` the bytes `original` holds) lacking some of them.
-
-    Scored whole, such a folder would score the images the run trained on.
-    """
-    if original is None:
-        return
-    gone = [path for path in held_out if not (root / path).is_file()]
-    kept = [path for path in held_out if (root / path).is_file() and (original / path).is_file()]
-    if gone and kept and same_files(kept, root, original):
+    held = set(held_out)
+    if not held:
+        return False
+    if original is not None and original.is_dir():
+        ours = (p for p in scored if p not in held and (trained is None or p in trained) and (original / p).is_file())
+        runs = any(filecmp.cmp(root / p, original / p, shallow=False) for p in itertools.islice(ours, 16))
+    else:  # the run's folder gone (moved): judged by the names alone
+        runs = held <= set(scored)
+    if runs and (gone := sorted(held - set(scored))):
         why = "which it held out: scored whole, it would score the images the run trained on"
         raise UsageError(f"{root} is the run's data without {gone[0]}, {why}")
+    return runs
 
 
 class UnreadableImageError(UsageError):
@@ -141,12 +144,12 @@ class SkipsUnreadable:
                 return item
         raise UnreadableImageError(f"none of the {num_files} images under {self.root} can be read")
 
-    def open_file(self, index: int, path: str) -> torch.Tensor | None:
-        """read_image(path) for file `index`, or None if it cannot be read (flagged, and named the first time)."""
+    def open_file(self, index: int, path: str, channels: int = 3) -> torch.Tensor | None:
+        """read_image(path, channels) for file `index`, or None if it cannot be read (flagged, named the first time)."""
         if self.unreadable[index]:
             return None
         try:
-            return read_image(path)
+            return read_image(path, channels)
         except UnreadableImageError as err:
             if self.strict:
                 raise UnreadableImageError(f"{err}; --strict-data stops at the first unreadable file") from None
