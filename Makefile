@@ -17,7 +17,7 @@ $(BIN)/.installed: pyproject.toml
 
 demo: $(BIN)/.installed
 	rm -rf build/demo
-	$(BIN)/copier copy --defaults --vcs-ref HEAD --quiet . build/demo
+	$(BIN)/copier copy --defaults --vcs-ref HEAD --quiet $(CURDIR) build/demo  # absolute: build/demo can update
 	cd build/demo && ../../$(BIN)/python train.py --output-dir runs --run-name demo
 
 test: $(BIN)/.installed

@@ -9,8 +9,9 @@ Standard library only, and safe to run any number of times:
 * OLD is gone and NEW exists (moved already, by hand or by an earlier run): nothing to do.
 * Both are gone (the user deleted the file): nothing to do.
 * Both exist: every file of OLD that NEW already holds with the same bytes is dropped from OLD, and
-  the rest is moved; if NEW holds any of them with different bytes, nothing at all is changed
-  and the script exits 1, which makes copier stop the update before it touches the project.
+  the rest is moved; if NEW holds any of them with different bytes, this move changes nothing
+  and the script exits 1, which makes copier stop the update before it renders anything (the
+  migrations that ran before this one keep their moves: committed, the update runs again).
 
 Each outcome is printed on one line starting with "move_path:". Inside a git work tree the move
 is also staged (`git rm --cached` OLD, `git add` NEW) for the files git tracked under OLD. That
@@ -164,7 +165,8 @@ def move(old: Path, new: Path) -> int:
     if clashes:
         for clash in clashes:
             say(f"refusing: {clash}")
-        say(f"nothing was changed; merge {old} into {new} by hand, commit, then run the update again")
+        why = "this move changed nothing, earlier migrations of the update may have (git status shows them)"
+        say(f"{why}; merge {old} into {new} by hand, commit, then run the update again")
         return 1
 
     tracked = tracked_files(old)

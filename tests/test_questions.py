@@ -6,6 +6,8 @@ pytest tests/test_questions.py
 import ast
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,7 +80,7 @@ def test_every_name_the_project_binds_is_reserved(tmp_path, task):
     project = render(tmp_path / "p", task=task, model_name="Zqmodel")
     package = answers(project)["package_name"]
     files = {path.stem for path in [*(project / package).glob("*.py"), *project.glob("*.py")]} - {"__init__", "zqmodel"}
-    files |= {path.stem for path in (project / "tests").rglob("*.py") if not path.stem.startswith("test_")}
+    files |= {path.stem for path in (project / "tests").rglob("*.py")}  # test_train: a package of that name shadows it
     names, notebook_names, imported = bound_names(project)
     wanted = files | notebook_names | {name.lower() for name in imported} | {"tests"}
     wanted = {name for name in wanted if re.fullmatch("[a-z][a-z0-9_]+", name)} - {package, "zqmodel"}
@@ -86,6 +88,18 @@ def test_every_name_the_project_binds_is_reserved(tmp_path, task):
     # The built-ins are in the list once; this checks the project's own names (the running Python's built-ins vary).
     capwords = {name for name in names if re.fullmatch("[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*", name)}
     assert capwords - {"Zqmodel", "ZqmodelConfig"} <= classes, sorted(capwords - classes)
+
+
+def test_no_module_the_dependencies_load_is_a_free_name():
+    """A package named like a module that torch, torch.compile or TensorBoard load (triton, sympy, google) shadows it:
+    train.py would not start."""
+    code = "import sys, torch, torchvision, torch._inductor.compile_fx\n"
+    code += "from torch.utils.tensorboard import SummaryWriter\nprint(*sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    tops = {name.split(".")[0].lower() for name in loaded} - set(sys.stdlib_module_names)
+    config = yaml.safe_load((REPO / "copier.yml").read_text())
+    reserved = set(yaml.safe_load(config["reserved_module_names"]["default"]))
+    assert {name for name in tops if re.fullmatch("[a-z][a-z0-9_]+", name)} <= reserved
 
 
 def test_package_name_derives_from_project_name(tmp_path):
@@ -117,7 +131,7 @@ BAD_ANSWERS = [
     ({"project_name": "  "}, "project_name must not be empty"),
     ({"project_name": 'Say "hi"'}, "must not contain double quotes"),
     ({"project_name": " Shape Classifier"}, "must not begin or end with a space"),
-    ({"package_name": "test_train"}, "would be taken for a test file"),
+    ({"package_name": "test_train"}, "would shadow the module of that name"),  # tests/test_train.py
     ({"package_name": "torchcodec"}, "would shadow the module"),
     ({"model_name": "TestModel"}, "would be taken for a test file"),
     ({"model_name": "Display"}, "collides with a module"),  # the notebooks' IPython display

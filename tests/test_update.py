@@ -582,6 +582,19 @@ def test_update_workflow_opens_one_pull_request_per_release(history, tmp_path):
     assert len(gh_log.read_text().splitlines()) == 1
 
 
+def test_update_workflow_passes_a_project_newer_than_the_latest_release(history, tmp_path):
+    """A project copied from a commit after the latest tag has no release to update to: a notice, not a failure."""
+    newer = tmp_path / "template-repo"
+    git(tmp_path, "clone", "-q", str(history), str(newer))
+    (newer / "template" / "CONTRIBUTING.md").write_text("# Contributing\n\nAfter 2.1.0.\n")
+    commit_all(newer, "after 2.1.0")
+    project = copy_project(tmp_path / "project", newer, "HEAD", update_workflow=True)
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])  # copier
+    result = run_step(project, "Run copier update", TRUST="", PATH=path)
+    assert result.returncode == 0 and "::notice::" in result.stdout, result.stdout + result.stderr
+    assert git(project, "status", "--porcelain").stdout == ""
+
+
 # ---------------------------------------------------------------------------------------------
 # hooks/move_path.py on its own
 
@@ -718,7 +731,7 @@ def test_the_harness_move_keeps_the_users_edits_to_room_and_harness(tmp_path, ca
             f.write(line)
     commit_all(project, "My changes")
     capfd.readouterr()
-    if not tags:  # README.md's "Update a project": the migration's own script, by hand, then a plain update
+    if not tags:  # README.md: the migration's own script by hand, then an update to 0.2.0 (5fc269e)
         names = ["checkpoint", "runs", "runtime", "tracking", "loaders", "samplers", "images", "downloads", "optim"]
         for name in [*names, "distributed"]:
             print(run_hook(project, f"{{package_name}}/{name}.py", f"{{package_name}}/harness/{name}.py").stdout)
