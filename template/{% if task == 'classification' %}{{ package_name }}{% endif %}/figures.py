@@ -59,7 +59,9 @@ def confusion_image(confusion: torch.Tensor, names: list[str]) -> Image.Image:
     shown = torch.tensor(most_confused(confusion))  # (k,) with k <= MATRIX_LIMIT
     shares = confusion.double() / confusion.sum(dim=1, keepdim=True).clamp(min=1)  # (K, K): each row's shares
     counts, shares = confusion[shown][:, shown], shares[shown][:, shown]  # (k, k)
-    labels = [names[i][:NAME_LENGTH] for i in shown.tolist()]
+    labels, columns = [names[i][:NAME_LENGTH] for i in shown.tolist()], [names[i][:7] for i in shown.tolist()]
+    if len(set(columns)) < len(columns):  # names that begin alike (class_001, class_002): numbered, as classes are
+        labels, columns = [f"{i} {names[i]}"[:NAME_LENGTH] for i in shown.tolist()], [str(i) for i in shown.tolist()]
     part = "" if len(labels) == len(names) else f", the {len(labels)} most confused of {len(names)} classes"
     size, font = len(labels), ImageFont.load_default()
     titles = [f"{title}{part} (rows: true, columns: predicted)" for title in ("counts", "row-normalised")]
@@ -69,10 +71,10 @@ def confusion_image(confusion: torch.Tensor, names: list[str]) -> Image.Image:
     texts = ([[str(int(v)) for v in row] for row in counts], [[f"{v:.2f}" for v in row] for row in shares])
     for left, title, text in zip((0, width), titles, texts, strict=True):
         draw.text((left + LABEL_WIDTH, 4), title, fill="black", font=font)
-        for i, name in enumerate(labels):
+        for i, (name, column) in enumerate(zip(labels, columns, strict=True)):
             draw.text((left + 4, cell_centre(i, 0)[1] - 6), name, fill="black", font=font)  # row labels
             x = left + cell_centre(0, i)[0] - CELL // 2 + 2
-            draw.text((x, CELL + (i % 2) * 14), name[:7], fill="black", font=font)  # column labels, staggered
+            draw.text((x, CELL + (i % 2) * 14), column, fill="black", font=font)  # column labels, staggered
         for i in range(size):
             for j in range(size):
                 value = float(shares[i, j])
