@@ -53,10 +53,10 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=None, help="photographs made (default 700, --quick 192)")
-    parser.add_argument("--rounds", type=int, default=None, help="rounds of every pipeline (default 5, --quick 1)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of every pipeline (default 5, --quick 3)")
     parser.add_argument("--workers", type=int, nargs="+", default=None, help="worker counts (default 0 and 2)")
     parser.add_argument("--batch-size", type=int, default=None, help="default 64, --quick 32")
-    parser.add_argument("--quick", action="store_true", help="few images, one round, workers 0")
+    parser.add_argument("--quick", action="store_true", help="few images, three rounds, workers 0")
     parser.add_argument("--project", type=Path, default=None, help="a rendered classification project to measure")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     return parser
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = get_args_parser().parse_args(argv)
     opts.images = opts.images or (192 if opts.quick else 700)
     opts.batch_size = opts.batch_size or (32 if opts.quick else 64)
-    opts.rounds = opts.rounds or (1 if opts.quick else 5)
+    opts.rounds = opts.rounds or (3 if opts.quick else 5)
     opts.workers = opts.workers or ([0] if opts.quick else [0, 2])
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="data-throughput-") as tmp:

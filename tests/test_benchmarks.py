@@ -91,8 +91,10 @@ def test_data_throughput_quick(tmp_path):
     names = {"generated", "torchvision", "decode-pil", "decode-torchcodec"}
     assert set(row["images_per_s"]) == names and all(speed > 0 for speed in row["images_per_s"].values())
     # 1.45 on a quiet 2-core machine (README); this trips when the generated loader reads at half
-    # torchvision's speed (0.94 before read_image decoded JPEGs with TorchCodec), not on load.
-    assert row["generated_vs_torchvision"] >= GUARD_RATIO_VS_BARE, result.stdout
+    # torchvision's speed (0.94 before read_image decoded JPEGs with TorchCodec), not on load: such a
+    # loader is slow in every round, a busy machine in some (one CI round measured 0.48).
+    rounds = zip(row["per_round"]["generated"], row["per_round"]["torchvision"], strict=True)
+    assert max(generated / bare for generated, bare in rounds) >= GUARD_RATIO_VS_BARE, result.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")

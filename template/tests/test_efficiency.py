@@ -71,7 +71,7 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
     monkeypatch.setattr(train_script.loaders, "background_batches", timed_batches)
     logged.append(time.perf_counter())
     assert run_one_epoch(train_script, session, state, args)
-    validated = train_script.validate(session, args, session.wrapped)
+    validated = train_script.validate(session, args, session.wrapped, train_script.runtime.StopSignal())
     session.logger.close()
 
     training = [mode for _, mode in modes]  # STEPS forwards in train mode, then evaluation's in eval mode

@@ -143,7 +143,7 @@ def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
     which rises to 0.18."""
     calls = []
 
-    def validate(s, args, model):
+    def validate(s, args, model, stop):
         calls.append(model)
         return {**VALIDATED, "accuracy": len(calls) / 100 if s.ema is not None and model is s.ema.module else 0.5}
 

@@ -185,29 +185,33 @@ def test_resume_is_bit_exact_with_every_augmentation_also_after_sigterm_mid_epoc
         assert json.loads((directory / "args.json").read_text())["random_resized_crop"] == [0.5, 1.0]
 
 
-def test_a_signal_during_validation_stops_after_the_epochs_checkpoint(train_script, tiny_args, monkeypatch, capsys):
-    """And a second Ctrl-C, a second or more later, stops at once: one line, the checkpoint kept, exit 130."""
-    real_validate = train_script.validate
+def test_a_signal_during_validation_ends_it_and_the_resumed_run_validates(train_script, tiny_args, monkeypatch, capsys):
+    """The epoch is saved trained, not validated (a long validation outlasts a launcher's 30 s before SIGKILL); a
+    second Ctrl-C, a second or more later, stops at once: one line, the checkpoint kept, exit 130."""
+    real_validate, calls = train_script.validate, []
 
-    def validate_then_signal(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)
+    def signal_then_validate(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
         return real_validate(*args, **kwargs)
 
-    monkeypatch.setattr(train_script, "validate", validate_then_signal)
-    last = [*tiny_args, "--run-name", "last", "--epochs", "1", "--max-steps-per-epoch", "1"]
-    assert train_script.main(last) == 0 and "stopped by signal" not in capsys.readouterr().out  # it has finished
-    assert train_script.main([*tiny_args, "--epochs", "3", "--max-steps-per-epoch", "1"]) == 128 + signal.SIGINT
-    state = torch.load(run_dir(tiny_args) / "last.pt", weights_only=True)
-    assert state["run_state"]["epoch"] == 1 and state["run_state"]["batch_in_epoch"] == 0  # epoch 1 saved, no more
-    assert f"resume with: python train.py --resume {run_dir(tiny_args)}" in capsys.readouterr().out
+    monkeypatch.setattr(train_script, "validate", signal_then_validate)
+    run = run_dir(tiny_args)
+    assert train_script.main([*tiny_args, "--epochs", "1", "--max-steps-per-epoch", "1"]) == 128 + signal.SIGINT
+    state = torch.load(run / "last.pt", weights_only=True)
+    assert state["run_state"]["epoch"] == 0 and state["run_state"]["batch_in_epoch"] == 1 and not records(run, "val")
+    assert f"resume with: python train.py --resume {run}" in capsys.readouterr().out
+    assert train_script.main(["--resume", str(run)]) == 0  # validates the epoch it trained: finished
+    assert [r["epoch"] for r in records(run, "val")] == [1] and len(records(run, "train")) == 1
 
     def interrupt(*args, **kwargs):  # what runtime.StopSignal raises for a late second Ctrl-C
         raise KeyboardInterrupt
 
     monkeypatch.setattr(train_script, "validate", interrupt)
-    assert train_script.main(["--resume", str(run_dir(tiny_args))]) == 130
-    kept = f"the last good checkpoint {run_dir(tiny_args) / 'last.pt'} is intact; resume: python train.py --resume"
-    assert capsys.readouterr().err == f"train.py: interrupted; {kept} {run_dir(tiny_args)}\n"
+    assert train_script.main(["--resume", str(run), "--epochs", "2"]) == 130
+    kept = f"the last good checkpoint {run / 'last.pt'} is intact; resume: python train.py --resume"
+    assert capsys.readouterr().err == f"train.py: interrupted; {kept} {run}\n"
 
 
 def test_a_crash_right_after_an_epochs_checkpoint_loses_none_of_its_logs(finished, train_script, tmp_path, monkeypatch):

@@ -89,16 +89,25 @@ def open_run(
 
 
 def readable_instead(last: Path) -> str:
-    """For a last.pt that cannot be read: how to go on from the run's newest other checkpoint that can, or ""."""
+    """For a last.pt that cannot be read: how to go on from the run's furthest other checkpoint that can, or "".
+
+    That is the newest epoch-N.pt that reads or best.pt, whichever holds more steps (an epoch file left from before
+    a resume without --keep-epochs may be older than best.pt).
+    """
     if last.name != "last.pt":
         return ""
-    for other in [*reversed(epoch_checkpoints(last.parent)), last.parent / "best.pt"]:
-        try:
-            load(other)
-        except UsageError:  # missing, or unreadable too
-            continue
-        return f"; {other.name} reads: move {last} aside, then resume it: {resume_command(other)}"
-    return ""
+    found = []  # (steps, path) of the newest readable epoch file and of best.pt
+    for others in (reversed(epoch_checkpoints(last.parent)), [last.parent / "best.pt"]):
+        for other in others:
+            try:
+                found.append((load(other)["run_state"]["global_step"], other))
+                break
+            except (UsageError, KeyError, TypeError):  # missing, unreadable, or no training state
+                continue
+    if not found:
+        return ""
+    other = max(found)[1]
+    return f"; {other.name} reads: move {last} aside, then resume it: {resume_command(other)}"
 
 
 def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:

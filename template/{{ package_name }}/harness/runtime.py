@@ -110,7 +110,7 @@ class StopSignal:
         if self.received is None:
             self.received, self._first_at = signum, time.monotonic()
             name = signal.Signals(signum).name
-            said = f"\n{name}: saving after this step or validation; a second Ctrl-C stops unsaved\n"
+            said = f"\n{name}: saving after this step (or now, in validation); a second Ctrl-C stops unsaved\n"
             if os.environ.get("LOCAL_RANK", "0") == "0":  # os.write: a print here could break one in progress
                 with contextlib.suppress(OSError):  # stderr closed or its reader gone: the stop goes on regardless
                     os.write(2, said.encode())
