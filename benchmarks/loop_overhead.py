@@ -290,7 +290,7 @@ def lightning_runner(pl: ModuleType, session: Any, args: argparse.Namespace, roo
 def run_generated_eval(train: ModuleType, session: Any, args: argparse.Namespace) -> float:
     """Seconds for train.py's validate() over the validation loader."""
     start = time.perf_counter()
-    train.validate(session, args, session.wrapped)  # ends with the metrics on the host: summarize() syncs
+    train.validate(session, args, session.wrapped, train.runtime.StopSignal())  # summarize() syncs: on the host
     return time.perf_counter() - start
 
 

@@ -75,16 +75,24 @@ def held_out_images(data_dir: Path, fraction: float) -> list[str]:
     UsageError for folders named like other splits (valid/, Train/) or like pairs (noisy/ and clean/).
     """
     if (data_dir / "train").is_dir() or (data_dir / "val").is_dir():
+        for split in ("train", "val"):
+            refuse_pairs(data_dir / split)
         return []
     folders = sorted(path.name for path in data_dir.glob("*") if path.is_dir() and not is_hidden(path.name))
     if folders and {name.lower() for name in folders} <= SPLIT_NAMES:
         raise UsageError(f"{data_dir} holds {', '.join(folders)}: name the splits train/ and val/")
-    if len({name.lower() for name in folders} & PAIR_NAMES) >= 2:  # train.py makes its own degraded copies
-        raise UsageError(f"{data_dir} holds {', '.join(folders)}: pairs are not read; give --data-dir the clean images")
+    refuse_pairs(data_dir)
     paths = [Path(path).relative_to(data_dir).as_posix() for path in image_files(data_dir)]
     if len(paths) < 2:
         raise UsageError(f"{data_dir} has 1 image: holding out a validation split needs 2 or more")
     return sorted(hold_out(paths, fraction))
+
+
+def refuse_pairs(folder: Path) -> None:
+    """UsageError for a folder of pairs (noisy/ beside clean/): train.py makes its own degraded copies."""
+    folders = sorted(path.name for path in folder.glob("*") if path.is_dir() and not is_hidden(path.name))
+    if len({name.lower() for name in folders} & PAIR_NAMES) >= 2:
+        raise UsageError(f"{folder} holds {', '.join(folders)}: pairs are not read; give --data-dir the clean images")
 
 
 class ImagePatches(SkipsUnreadable, Dataset):

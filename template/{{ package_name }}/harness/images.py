@@ -59,15 +59,30 @@ def is_runs_data(
     They are if they include images it trained on (`trained`, by default the files `original` holds that it did not
     hold out; the first 16 found there compared byte for byte) or, that folder gone, every held-out path.
 
-    UsageError if so and a held-out image is not among them: scored whole, they hold images the run trained on. A
-    test set (named like the run's images or not, some of its validation images or not) is not the run's data.
+    UsageError if so and a held-out image is not among them, or `root` lies in `original` or holds it: scored
+    whole, they hold images the run trained on. A test set (named like the run's images or not, some of its
+    validation images or not) is not the run's data.
     """
     held = set(held_out)
     if not held:
         return False
     if original is not None and original.is_dir():
-        ours = (p for p in scored if p not in held and (trained is None or p in trained) and (original / p).is_file())
-        runs = any(filecmp.cmp(root / p, original / p, shallow=False) for p in itertools.islice(ours, 16))
+        here, base = root.resolve(), original.resolve()
+        nested = here != base and (here.is_relative_to(base) or base.is_relative_to(here))
+        if nested and here.is_relative_to(base):  # a folder in the run's data: its paths there
+            keys = {p: f"{here.relative_to(base).as_posix()}/{p}" for p in scored}
+        elif nested:  # a folder that holds the run's data
+            prefix = f"{base.relative_to(here).as_posix()}/"
+            keys = {p: p.removeprefix(prefix) for p in scored if p.startswith(prefix)}
+        else:  # the run's folder, or a copy elsewhere (compared byte for byte)
+            keys = {p: p for p in scored}
+        ours = ((p, k) for p, k in keys.items() if k not in held and (trained is None or k in trained))
+        ours = ((p, k) for p, k in ours if (original / k).is_file())
+        runs = any(filecmp.cmp(root / p, original / k, shallow=False) for p, k in itertools.islice(ours, 16))
+        if runs and nested:
+            where = "lies in" if here.is_relative_to(base) else "holds"
+            why = "scored whole, it would score the images the run trained on; give that folder itself or a test set"
+            raise UsageError(f"{root} {where} the run's data {original}: {why}")
     else:  # the run's folder gone (moved): judged by the names alone
         runs = held <= set(scored)
     if runs and (gone := sorted(held - set(scored))):
