@@ -99,8 +99,9 @@ class ImagePatches(SkipsUnreadable, Dataset):
     """Patches of the image files `paths` as (degraded, clean) items; smaller images are enlarged (bicubic) first.
 
     Training: `patches_per_epoch` items, or one per file where there are more (each file cut every epoch),
-    item i a random patch of file i % files. Validation: each file's centre patch. Unreadable files are skipped
-    as images.SkipsUnreadable says.
+    item i a random patch of file i % files. Validation: each file's centre patch, degraded by a seed from its path
+    below `root` (by default the folder that holds them all). Unreadable files are skipped as
+    images.SkipsUnreadable says.
     """
 
     def __init__(
@@ -111,13 +112,14 @@ class ImagePatches(SkipsUnreadable, Dataset):
         train: bool,
         patches_per_epoch: int = PATCHES_PER_EPOCH,
         strict: bool = False,
+        root: Path | None = None,
     ) -> None:
         if patch_size < 1 or patches_per_epoch < 1:
             raise UsageError(f"patch size {patch_size} and patches per epoch {patches_per_epoch} must be >= 1")
         self.paths, self.patch_size, self.degradation, self.train = paths, patch_size, degradation, train
         self.length = max(patches_per_epoch, len(self.paths)) if train else len(self.paths)
-        root = os.path.commonpath([os.path.dirname(path) for path in paths]) if paths else ""
-        self.track_unreadable(len(self.paths), root, strict=strict, substitute=train)
+        common = os.path.commonpath([os.path.dirname(path) for path in paths]) if paths else ""
+        self.track_unreadable(len(self.paths), str(root or common), strict=strict, substitute=train)
 
     def __len__(self) -> int:
         return self.length
@@ -127,8 +129,9 @@ class ImagePatches(SkipsUnreadable, Dataset):
             raise IndexError(f"item {index} of {len(self)}")
         file_index = index % len(self.paths)
         clean = self.first_readable(file_index, self._clean)  # (3, P, P) or None
-        # Validation degrades an image by its file name: alike in any folder, whatever else the folder holds.
-        seed = sample_seed(0, 0, zlib.crc32(os.path.basename(self.paths[file_index]).encode()))
+        # Validation degrades an image by its path below the data's folder: alike wherever that folder lies, whatever
+        # else it holds, and unlike for a.png of one subfolder and a.png of another.
+        seed = sample_seed(0, 0, zlib.crc32(os.path.relpath(self.paths[file_index], self.root).encode()))
         return None if clean is None else degraded_pair(clean, self.degradation, self.train, seed)
 
     def _clean(self, file_index: int) -> torch.Tensor | None:
@@ -146,8 +149,10 @@ class ImagePatches(SkipsUnreadable, Dataset):
 class WholeImages(ImagePatches):
     """The image files `paths` whole, as (degraded, clean) items (3, H, W), degraded alike every time."""
 
-    def __init__(self, paths: list[str], degradation: Degradation, strict: bool = False) -> None:
-        super().__init__(paths, 1, degradation, train=False, strict=strict)
+    def __init__(
+        self, paths: list[str], degradation: Degradation, strict: bool = False, root: Path | None = None
+    ) -> None:
+        super().__init__(paths, 1, degradation, train=False, strict=strict, root=root)
 
     def _clean(self, file_index: int) -> torch.Tensor | None:
         """File `file_index` whole, float (3, H, W) in [0, 1]; None if it cannot be read."""
@@ -188,7 +193,7 @@ def build_split(
         raise UsageError(f"{len(missing)} of the run's held-out images are gone from {data_dir}, e.g. {missing[0]}")
     else:
         paths = [str(data_dir / path) for path in held_out]
-    return ImagePatches(paths, patch_size, degradation, train, patches_per_epoch, strict=strict)
+    return ImagePatches(paths, patch_size, degradation, train, patches_per_epoch, strict=strict, root=data_dir)
 
 
 def collate_pairs(samples: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
