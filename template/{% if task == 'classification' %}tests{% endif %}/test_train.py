@@ -3,8 +3,10 @@
 import contextlib
 import errno
 import io
+import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -51,9 +53,8 @@ def test_help_lists_the_flags_and_the_readme_table_of_augmentation_flags(train_s
     text = " ".join(out.split())  # argparse wraps lines
     assert "(default: 5)" in text and "builtin: channels per stage (default: 16,32,64)" in text
     assert "(default: None)" not in text and "(default: the start time" in text
-    readme = (Path(__file__).parents[1] / "README.md").read_text().split("\n## Augment\n")[1].split("\n## ")[0]
-    table = {row.split(" | ")[0].strip("| `").split()[0]: row.split(" | ")[1] for row in readme.splitlines()
-             if row.startswith("| `--")}  # fmt: skip
+    readme = (ROOT / "README.md").read_text().split("\n## Augment\n")[1].split("\n## ")[0]
+    table = dict(re.findall(r"^\| `(--[\w-]+)[^|]*\| ([^|]*) \|", readme, flags=re.MULTILINE))  # flag: default
     group = out.split("\naugmentation")[1].split("\n\n")[0]
     assert set(table) == {word for word in group.split() if word.startswith("--")}
     for flag, shown in table.items():
@@ -95,41 +96,36 @@ def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_av
     assert state["run_state"]["best_score"] == max(r["accuracy"] for r in ema)  # best.pt follows the average
     assert any(not torch.equal(state["ema"][key], state["model"][key]) for key in state["model"])
 
-    for extra, weights in (([], "ema"), (["--no-ema"], "model")):
-        report = directory.parent / weights / "report.json"
+    for extra, weights, split in ((["--no-ema"], "model", "val"), ([], "ema", "val_ema")):  # the average's: below
+        report = directory.parent / weights / "report.json"  # its pictures beside it
         assert test_script.main([str(directory / "last.pt"), "--device", "cpu", "--json", str(report), *extra]) == 0
         report = json.loads(report.read_text())
         assert (report["weights"], report["samples"], set(report["per_class"])) == (weights, 40, set(state["classes"]))
         assert report["checkpoint"] == str(directory / "last.pt")  # its folder made
-        split = "val_ema" if weights == "ema" else "val"
         assert report["accuracy"] == records(directory, split)[-1]["accuracy"]  # test.py evaluates what validation did
     before = contents(directory)
     assert train_script.main(["--resume", str(directory)]) == 0  # the requeued job of a finished run
     assert "is finished (epoch 3 of --epochs 3); resume with a larger --epochs" in capsys.readouterr().out
     assert contents(directory) == before  # nothing written
 
-    events = EventAccumulator(str(directory), size_guidance={"images": 0})
-    events.Reload()
+    events = EventAccumulator(str(directory), size_guidance={"images": 0}).Reload()
     assert set(events.Tags()["images"]) == {"val/predictions", "val/confusion_matrix"}
     assert [event.step for event in events.Images("val/predictions")] == [6, 12, 18]  # once per epoch
 
-    beside = directory.parent / "ema"  # test.py's report of the average, and its pictures
-    report, task = json.loads((beside / "report.json").read_text()), train_script.task
-    model = getattr(task, state["model_name"]).from_checkpoint(state)
-    prep = task.transforms.from_checkpoint(state)
-    val = task.data.build_datasets("shapes", None, prep, splits=("val",), val_size=40).val
+    model = getattr(train_script.task, state["model_name"]).from_checkpoint(state)
+    prep = train_script.task.transforms.from_checkpoint(state)
+    val = train_script.task.data.build_datasets("shapes", None, prep, splits=("val",), val_size=40).val
     preview = train_script.evaluation.preview_batch(val)  # (16, 3, 16, 16), (16,)
     metrics = {"preview": train_script.evaluation.predict(model, preview[0], torch.device("cpu")), **report}
-    drawn = task.pictures(preview, metrics, state["classes"], prep)
-    drawn = {tag: image.convert("RGB") for tag, image in drawn.items()}
+    drawn = train_script.task.pictures(preview, metrics, state["classes"], prep)
     for tag, image in drawn.items():
         logged = Image.open(io.BytesIO(events.Images(tag)[-1].encoded_image_string)).convert("RGB")
-        assert logged.tobytes() == image.tobytes(), tag
-    matrix = Image.open(beside / "report.confusion_matrix.png").convert("RGB")
-    assert matrix.tobytes() == drawn["val/confusion_matrix"].tobytes()  # the same model, the same validation set
+        assert logged.tobytes() == image.convert("RGB").tobytes(), tag
+    matrix = Image.open(directory.parent / "ema" / "report.confusion_matrix.png").convert("RGB")
+    assert matrix.tobytes() == drawn["val/confusion_matrix"].convert("RGB").tobytes()  # the same model and images
     shown = min(16, report["samples"] - round(report["accuracy"] * report["samples"]))  # the wrong ones
     tile_w, tile_h = test_script.figures.TILE + 4, test_script.figures.TILE + 4 + 2 * 12 + 2
-    with Image.open(beside / "report.mistakes.png") as mistakes:
+    with Image.open(directory.parent / "ema" / "report.mistakes.png") as mistakes:
         assert mistakes.size == (min(8, shown) * (tile_w + 4) + 4, -(-shown // 8) * (tile_h + 4) + 4)
 
 
@@ -155,19 +151,16 @@ def sigterm_twice() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-WORKERS = ["--num-workers", "2", "--prefetch-depth", "2"]
-
-
-@pytest.mark.parametrize("stop", [None, [], WORKERS], ids=["extend", "sigterm-thread", "sigterm-workers"])
+@pytest.mark.parametrize("stop", ["extend", "sigterm-thread", "sigterm-workers"])
 def test_resume_is_bit_exact_with_every_augmentation_also_after_sigterm_mid_epoch(
     straight, train_script, tmp_path, monkeypatch, after_step, stop
 ):
     """--epochs 2 == --epochs 1 then --resume --epochs 2, bit for bit, also when SIGTERM stops epoch 2 early."""
-    directory = tmp_path / "first"
-    shutil.copytree(straight["first"], directory)
-    if stop is not None:
+    directory = shutil.copytree(straight["first"], tmp_path / "first")
+    if stop != "extend":
         after_step(sigterm_twice, step=3)
-        argv = ["--resume", str(directory), "--epochs", "2", "--log-interval", "50", *stop]
+        workers = ["--num-workers", "2", "--prefetch-depth", "2"] if stop == "sigterm-workers" else []
+        argv = ["--resume", str(directory), "--epochs", "2", "--log-interval", "50", *workers]
         assert train_script.main(argv) == 128 + signal.SIGTERM
         state = torch.load(directory / "last.pt", weights_only=True)
         assert state["run_state"]["epoch"] == 1 and state["run_state"]["batch_in_epoch"] == 3
@@ -175,7 +168,7 @@ def test_resume_is_bit_exact_with_every_augmentation_also_after_sigterm_mid_epoc
         monkeypatch.undo()
     assert train_script.main(["--resume", str(directory), "--epochs", "2"]) == 0
     same_weights(straight["straight"] / "last.pt", directory / "last.pt")
-    if stop is None:
+    if stop == "extend":
         alone, resumed = ([r["loss"] for r in records(run, "train")] for run in (straight["straight"], directory))
         assert alone == resumed
         saved = torch.load(directory / "last.pt", weights_only=True)["args"]
@@ -187,46 +180,36 @@ def test_resume_is_bit_exact_with_every_augmentation_also_after_sigterm_mid_epoc
 
 def test_a_signal_during_validation_ends_it_and_the_resumed_run_validates(train_script, tiny_args, monkeypatch, capsys):
     """The epoch is saved trained, not validated (a long validation outlasts a launcher's 30 s before SIGKILL); a
-    second Ctrl-C, a second or more later, stops at once: one line, the checkpoint kept, exit 130."""
-    real_validate, calls = train_script.validate, []
+    second Ctrl-C, a second or more later, stops at once: one line, the checkpoint kept, exit 130. An epoch is logged
+    before it is checkpointed: a kill -9 between the two loses none of its rows (a resume trims those after last.pt)."""
+    real_validate = train_script.validate
 
     def signal_then_validate(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 1:
-            os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
         return real_validate(*args, **kwargs)
 
     monkeypatch.setattr(train_script, "validate", signal_then_validate)
     run = run_dir(tiny_args)
     assert train_script.main([*tiny_args, "--epochs", "1", "--max-steps-per-epoch", "1"]) == 128 + signal.SIGINT
+    monkeypatch.undo()
     state = torch.load(run / "last.pt", weights_only=True)
     assert state["run_state"]["epoch"] == 0 and state["run_state"]["batch_in_epoch"] == 1 and not records(run, "val")
     assert f"resume with: python train.py --resume {run}" in capsys.readouterr().out
     assert train_script.main(["--resume", str(run)]) == 0  # validates the epoch it trained: finished
     assert [r["epoch"] for r in records(run, "val")] == [1] and len(records(run, "train")) == 1
 
-    def interrupt(*args, **kwargs):  # what runtime.StopSignal raises for a late second Ctrl-C
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(train_script, "validate", interrupt)
-    assert train_script.main(["--resume", str(run), "--epochs", "2"]) == 130
-    kept = f"the last good checkpoint {run / 'last.pt'} is intact; resume: python train.py --resume"
-    assert capsys.readouterr().err == f"train.py: interrupted; {kept} {run}\n"
-
-
-def test_a_crash_right_after_an_epochs_checkpoint_loses_none_of_its_logs(finished, train_script, tmp_path, monkeypatch):
-    """The epoch is logged first, then checkpointed: a kill -9 between the two leaves rows that a resume trims."""
-    directory = shutil.copytree(finished[0], tmp_path / "run")
     real_save = train_script.save_checkpoints
 
-    def save_then_die(s, state, args, end_of_epoch):
+    def save_then_die(s, state, args, end_of_epoch):  # a late second Ctrl-C (runtime.StopSignal), or a kill -9
         real_save(s, state, args, end_of_epoch)
         if end_of_epoch:
             raise KeyboardInterrupt  # as nothing after the write ran
 
     monkeypatch.setattr(train_script, "save_checkpoints", save_then_die)
-    assert train_script.main(["--resume", str(directory), "--epochs", "4"]) == 130
-    assert [r["epoch"] for r in records(directory, "val")] == [1, 2, 3, 4]
+    assert train_script.main(["--resume", str(run), "--epochs", "2"]) == 130
+    kept = f"the last good checkpoint {run / 'last.pt'} is intact; resume: python train.py --resume"
+    assert capsys.readouterr().err == f"train.py: interrupted; {kept} {run}\n"
+    assert [r["epoch"] for r in records(run, "val")] == [1, 2]
 
 
 @pytest.mark.parametrize(
@@ -237,8 +220,7 @@ def test_a_crash_right_after_an_epochs_checkpoint_loses_none_of_its_logs(finishe
 def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
     finished, train_script, tmp_path, monkeypatch, capsys, signal_at, message
 ):
-    directory = tmp_path / "run"
-    shutil.copytree(finished[0], directory)
+    directory = shutil.copytree(finished[0], tmp_path / "run")
     good = (directory / "last.pt").read_bytes()
     real_step, steps = train_script.optimizer_step, []
 
@@ -262,15 +244,13 @@ def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
 def messy_image_folder(root: Path) -> list[Path]:
     """root/{train,val}/{dark,light}/: 8 (train) and 4 (val) images; 3 unreadable files (every mode: test_images.py)."""
     rng = np.random.default_rng(0)
-    for split, count in (("train", 8), ("val", 4)):
-        for name, low in (("dark", 0), ("light", 160)):
-            write_images(root / split / name, range(count), low)
+    for (split, count), (name, low) in itertools.product((("train", 8), ("val", 4)), (("dark", 0), ("light", 160))):
+        write_images(root / split / name, range(count), low)
     bad = [root / "train/dark/garbage.jpg", root / "train/light/cut.png", root / "val/dark/cut.jpg"]
     bad[0].write_bytes(rng.bytes(300))
-    for path, fmt in zip(bad[1:], ("PNG", "JPEG"), strict=True):
-        buffer = io.BytesIO()
-        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buffer, fmt)
-        path.write_bytes(buffer.getvalue()[:600])  # cut off: a copy that did not finish
+    for path in bad[1:]:  # PNG, JPEG
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(path)
+        path.write_bytes(path.read_bytes()[:600])  # cut off: a copy that did not finish
     return bad
 
 
@@ -318,26 +298,20 @@ def fill_disk(monkeypatch, where: str) -> None:
                    "args.json": (Path, "write_text")}[where]  # fmt: skip
     real = getattr(owner, name)
 
-    def write_part(*args, mode: str = "r", **kwargs) -> bool:  # False: not the write that fails
+    def write(*args, **kwargs):
         if where == "checkpoint":
             Path(args[1]).write_bytes(b"PK" * 50)
-        elif where == "checkpoint copy":  # epoch-2.pt to last.pt: the kind of write the issue saw fail
+            raise RuntimeError(f"{TORCH_SAYS}\nException ...")
+        if where == "checkpoint copy":  # epoch-2.pt to last.pt: the kind of write the issue saw fail
             Path(args[1]).write_bytes(Path(args[0]).read_bytes()[:100])
-        elif where == "metrics.jsonl":
-            if args[0].name != "metrics.jsonl" or "a" not in (args[1:] or [mode])[0]:
-                return False
+        elif where == "metrics.jsonl" and args[0].name == where and "a" in (*args[1:], kwargs.get("mode", "r"))[0]:
             with real(args[0], "a") as file:
                 file.write('{"split": "tr')  # part of the line makes it out
-        elif where == "args.json":
-            if args[0].name != "args.json.tmp":
-                return False
+        elif where == "args.json" and args[0].name == "args.json.tmp":
             real(args[0], args[1][:10])
-        return True
-
-    def write(*args, **kwargs):
-        if not write_part(*args, **kwargs):
-            return real(*args, **kwargs)
-        raise RuntimeError(f"{TORCH_SAYS}\nException ...") if where == "checkpoint" else NO_SPACE
+        elif where in ("metrics.jsonl", "args.json"):
+            return real(*args, **kwargs)  # not the write that fails
+        raise NO_SPACE
 
     monkeypatch.setattr(owner, name, write)
 
@@ -423,7 +397,6 @@ BAD_INPUTS = [
 
 @pytest.fixture(scope="module")
 def bad_input_dir(tmp_path_factory) -> Path:
-    """Files for the bad-input cases."""
     tmp = tmp_path_factory.mktemp("bad-input")
     (tmp / "empty").mkdir()
     for split in ("train", "val"):
