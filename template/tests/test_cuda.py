@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from conftest import LARGE_MODEL
+from conftest import LARGE_MODEL, without
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CASES = {
@@ -27,7 +27,8 @@ PARAMS += [pytest.param("cpu", name, id=f"cpu-{name}") for name in CPU_CASES]
 @pytest.mark.parametrize(("device", "case"), PARAMS)
 def test_train_py_then_test_py(train_script, test_script, tiny_args, device, case, monkeypatch, after_step):
     """What the device changes: pinned memory, the loader thread, where the parameters live; that they train."""
-    argv = [device if arg == "cpu" else arg for arg in tiny_args] + CASES[case]  # tiny_args: --device cpu
+    given = without(tiny_args, "--widths") if "--backbone" in CASES[case] else tiny_args  # its own model
+    argv = [device if arg == "cpu" else arg for arg in given] + CASES[case]  # tiny_args: --device cpu
     argv += ["--prefetch-depth", "2"] if device == "cpu" else []
     built, threads = [], []  # setup()'s session with its initial parameters; loader threads alive at each step
     real_setup, loader_thread = train_script.setup, train_script.loaders.BackgroundGenerator

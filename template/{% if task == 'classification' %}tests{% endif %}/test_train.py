@@ -20,7 +20,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from conftest import ROOT, TINY, records, run_dir, write_images
+from conftest import ROOT, SHAPES_SIZES, TINY, records, run_dir, without, write_images
 
 
 def contents(directory: Path) -> dict[str, bytes]:
@@ -367,6 +367,8 @@ BAD_INPUTS = [
     (["--momentum", "0.5"], "--momentum acts only with --optimizer sgd or sgd_nesterov"),  # adamw, the default
     (["--dataset", "shapes", "--data-dir", "{tmp}/empty"], "--data-dir acts only with a --dataset of files"),
     (["--download"], "--download acts only with a torchvision --dataset; leave it out"),
+    (["--backbone", "resnet18"], "--widths acts only with --backbone builtin"),  # TINY's --widths
+    (["--data-dir", "{tmp}/unreadable-val", "--shapes-val-size", "8"], "--shapes-val-size acts only with the built-in"),
     (["--backbone-lr-scale", "0.1", "--freeze-backbone"], "--backbone-lr-scale acts only with a backbone that trains"),
     (["--dropout", "1.5"], "--dropout: must be in [0, 1)"),
     (["--label-smoothing", "2"], "--label-smoothing: must be in [0, 1)"),
@@ -417,6 +419,7 @@ def test_bad_input_is_one_line_and_exit_2(finished, train_script, tiny_args, bad
     capsys.readouterr()
     flags = [flag.replace("{tmp}", str(bad_input_dir)).replace("{run}", str(finished[0])) for flag in flags]
     given = [] if "--resume" in flags else tiny_args  # a resumed run's own flags apply: give none but the one tested
+    given = without(given, *SHAPES_SIZES) if "--data-dir" in flags else given
     assert exit_code(train_script.main, [*given, *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
@@ -427,7 +430,8 @@ def test_bad_input_is_one_line_and_exit_2(finished, train_script, tiny_args, bad
 def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
     train_script, tiny_args, bad_input_dir, capsys
 ):
-    assert train_script.main([*tiny_args, "--data-dir", str(bad_input_dir / "unreadable-val")]) == 2
+    flags = ["--data-dir", str(bad_input_dir / "unreadable-val")]
+    assert train_script.main([*without(tiny_args, *SHAPES_SIZES), *flags]) == 2
     err = capsys.readouterr().err.splitlines()  # the file skipped, then why the run cannot start
     assert err[0].startswith("skipping an unreadable image: cannot read ") and len(err) == 3
     assert err[2] == "train.py: error: none of the 2 validation images can be read"
