@@ -367,6 +367,8 @@ BAD_INPUTS = [
     (["--momentum", "0.5"], "--momentum acts only with --optimizer sgd or sgd_nesterov"),  # adamw, the default
     (["--dataset", "shapes", "--data-dir", "{tmp}/empty"], "--data-dir acts only with a --dataset of files"),
     (["--download"], "--download acts only with a torchvision --dataset; leave it out"),
+    # Refused before the data is looked for (with --download, downloaded): not "mnist not found under ...".
+    (["--dataset", "mnist", "--data-dir", "{tmp}/empty", "--focal-gamma", "1"], "--focal-gamma acts only"),
     (["--backbone", "resnet18"], "--widths acts only with --backbone builtin"),  # TINY's --widths
     (["--data-dir", "{tmp}/unreadable-val", "--shapes-val-size", "8"], "--shapes-val-size acts only with the built-in"),
     (["--backbone-lr-scale", "0.1", "--freeze-backbone"], "--backbone-lr-scale acts only with a backbone that trains"),
