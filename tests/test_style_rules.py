@@ -268,6 +268,9 @@ NEAR_MISSES = {
                 self.tails = []
                 self.tails.append(nn.Linear(2, 2))
                 self.tails = nn.ModuleList(self.tails)  # registered in the end
+                branches = nn.ModuleList()
+                branches.append(nn.Conv2d(2, 2, 1))
+                self.branches = branches  # a ModuleList filled by name: registered
                 self.widths_out = [layer.out_features for layer in layers]  # numbers read off the modules
                 self.data = {}  # the module's own attribute, not a tensor's .data
                 self.register_buffer("scale", torch.ones(()))

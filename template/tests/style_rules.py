@@ -155,7 +155,7 @@ class Contents:
                 if isinstance(node, ast.Call):  # blocks.append(conv), blocks.insert(0, conv), blocks.extend([...])
                     added = getattr(node.func, "attr", "")
                     if added in ("append", "insert", "extend") and node.args and self.kind(node.args[-1]):
-                        self.kinds[self.key(node.func.value)] = "plain"
+                        self.kinds.setdefault(self.key(node.func.value), "plain")  # an nn.ModuleList stays one
                     continue
                 found = self.kind(node.value)
                 for target in targets(node):

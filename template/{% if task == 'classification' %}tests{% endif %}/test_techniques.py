@@ -140,7 +140,8 @@ def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
 
     def validate(s, args, model, stop):
         calls.append(model)
-        return {**VALIDATED, "accuracy": len(calls) / 100 if s.ema is not None and model is s.ema.module else 0.5}
+        averaged = s.ema is not None and model is s.ema.module
+        return {**VALIDATED, train_script.task.SCORE: len(calls) / 100 if averaged else 0.5}
 
     monkeypatch.setattr(train_script, "validate", validate)
     used = []

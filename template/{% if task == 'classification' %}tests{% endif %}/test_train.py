@@ -93,7 +93,7 @@ def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_av
     assert state["ema_updates"] == 9  # one update every 2 steps
     ema = records(directory, "val_ema")
     assert [r["epoch"] for r in ema] == [1, 2, 3] and all(r["samples"] == 40 for r in ema)
-    assert state["run_state"]["best_score"] == max(r["accuracy"] for r in ema)  # best.pt follows the average
+    assert state["run_state"]["best_score"] == max(r[train_script.task.SCORE] for r in ema)  # the average's
     assert any(not torch.equal(state["ema"][key], state["model"][key]) for key in state["model"])
 
     for extra, weights, split in ((["--no-ema"], "model", "val"), ([], "ema", "val_ema")):  # the average's: below

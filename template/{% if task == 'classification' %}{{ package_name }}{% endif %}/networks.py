@@ -1,4 +1,8 @@
-"""Networks: composed from the blocks in layers.py, or built around a torchvision model."""
+"""Networks: composed from the blocks in layers.py, or built around a torchvision model.
+
+Each has a .backbone (images -> features) and a .head (features -> logits): --freeze-backbone and
+--backbone-lr-scale act on the backbone, and fine-tuning from other weights keeps the head new.
+"""
 
 import torch
 import torchvision
@@ -33,6 +37,11 @@ class ResNetClassifier(nn.Module):
             blocks += [ResBlock(width) for _ in range(blocks_per_stage)]
         self.backbone = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten())  # (N, widths[-1])
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(widths[-1], num_classes))
+        for module in self.modules():  # layers.py's blocks included: one that wants another start sets it after this
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+        nn.init.normal_(self.head[-1].weight, std=0.01)  # small logits to start from
+        nn.init.zeros_(self.head[-1].bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map images (N, C, H, W) to logits (N, num_classes)."""
@@ -79,6 +88,8 @@ class TorchvisionClassifier(nn.Module):
         setattr(holder, attribute, nn.Identity())
         features = final.weight.shape[1]  # a weight (out, in) or (out, in, 1, 1)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(features, num_classes))
+        nn.init.normal_(self.head[-1].weight, std=0.01)  # as the builtin network's head; torchvision inits the rest
+        nn.init.zeros_(self.head[-1].bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map images (N, 3, H, W) to logits (N, num_classes)."""

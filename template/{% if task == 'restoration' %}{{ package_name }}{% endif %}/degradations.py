@@ -16,7 +16,7 @@ from torchvision.transforms.v2.functional import gaussian_blur, pil_to_tensor, r
 from . import UsageError
 
 DEGRADATIONS = ("noise", "blur", "downscale", "jpeg", "mix")
-MIXED = DEGRADATIONS[:4]  # what "mix" chooses from, one per image
+MIXED = tuple(kind for kind in DEGRADATIONS if kind != "mix")  # what "mix" chooses from, one per image
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,12 @@ def degrade(clean: torch.Tensor, d: Degradation) -> torch.Tensor:
         size = list(clean.shape[-2:])
         small = resize(clean, [max(1, side // d.scale) for side in size], InterpolationMode.BICUBIC, antialias=True)
         degraded = resize(small, size, InterpolationMode.BICUBIC, antialias=True)  # may overshoot [0, 1] at edges
-    else:  # PIL's JPEG codec (4:2:0 chroma), in memory
+    elif d.kind == "jpeg":  # PIL's JPEG codec (4:2:0 chroma), in memory
         pixels = (clean.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)  # (H, W, 3) uint8
         buffer = io.BytesIO()
         Image.fromarray(pixels.numpy()).save(buffer, "JPEG", quality=d.jpeg_quality)
         with Image.open(buffer) as decoded:
             degraded = pil_to_tensor(decoded.convert("RGB")).float() / 255  # (3, H, W), multiples of 1 / 255
+    else:  # a kind added to DEGRADATIONS without its branch here
+        raise ValueError(f"degrade() has no branch for the degradation {d.kind!r}")
     return degraded.clamp(0, 1)

@@ -1,4 +1,8 @@
-"""Networks: a U-Net composed from the blocks in layers.py, and a frozen VGG16 feature extractor."""
+"""Networks: a U-Net composed from the blocks in layers.py, and a frozen VGG16 feature extractor.
+
+The restoring network has `multiple`: what its input's height and width must be multiples of (1 for any size).
+The model file pads to it, and the scripts tile by it (test.py, predict.py, export.py read model.network.multiple).
+"""
 
 import torch
 import torchvision

@@ -8,8 +8,9 @@ import os
 import random
 import re
 import shutil
+import textwrap
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -171,14 +172,16 @@ def restore(
     model = unwrap(model)
     if state["model_name"] != type(model).__name__:
         raise UsageError(f"checkpoint holds a {state['model_name']} model, not {type(model).__name__}")
-    # Compared as JSON: a tuple that went through JSON is a list, the same value.
-    saved, wanted = (json.loads(json.dumps(config)) for config in (state["model_config"], model.config.to_dict()))
+    # Compared as JSON: a tuple that went through JSON is a list, the same value. A field added to the config since
+    # the run was saved takes its default, which is meant to keep the model as it was.
+    defaults = {field.name: field.default for field in fields(model.config) if field.default is not MISSING}
+    saved, wanted = (json.loads(json.dumps(c)) for c in ({**defaults, **state["model_config"]}, model.config.to_dict()))
     diffs = [f"{key}={saved.get(key)!r} (now {value!r})" for key, value in wanted.items() if saved.get(key) != value]
     if diffs:
         raise UsageError("checkpoint was trained with a different model config: " + ", ".join(diffs))
-    model.load_state_dict(state["model"])
+    load_weights(model, state["model"])
     if ema is not None and state["ema"] is not None:  # None: the average had no update yet
-        ema.module.load_state_dict(state["ema"])
+        load_weights(ema.module, state["ema"])
         ema.n_averaged.fill_(state["ema_updates"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
@@ -199,6 +202,15 @@ def restore(
     if "best_accuracy" in saved:  # a checkpoint written before the score had a task-neutral name
         saved["best_score"] = saved.pop("best_accuracy")
     return RunState(**saved)
+
+
+def load_weights(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """model.load_state_dict(weights); UsageError naming what does not fit (the model's code changed since)."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:  # "Error(s) in loading state_dict for M:", then a line each: missing, unexpected, size
+        detail = textwrap.shorten((str(err).splitlines()[1:] or [str(err)])[0], 240)
+        raise UsageError(f"the checkpoint does not fit this {type(model).__name__}: {detail}") from None
 
 
 def rng_state() -> dict[str, Any]:
