@@ -155,6 +155,19 @@ def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
     assert (saved["epoch"], saved["best_score"]) == (best[0], pytest.approx(best[1]))
 
 
+def test_a_run_resumed_after_task_score_changed_starts_its_best_afresh(train_script, tiny_args, monkeypatch, capsys):
+    """A researcher edits task.SCORE between a run and its resume: the saved best, of the old score, is not compared."""
+    flags, run = [*tiny_args, "--max-steps-per-epoch", "1"], run_dir(tiny_args)
+    monkeypatch.setattr(train_script.task, "SCORE", "samples")  # 40 images: a best no accuracy reaches
+    assert train_script.main(flags) == 0
+    assert torch.load(run / "best.pt", weights_only=True)["run_state"]["score"] == "samples"
+    monkeypatch.undo()
+    assert train_script.main(["--resume", str(run), "--epochs", "2"]) == 0
+    assert "val accuracy replaces samples as the score: best.pt and --patience start afresh" in capsys.readouterr().out
+    best = torch.load(run / "best.pt", weights_only=True)["run_state"]
+    assert (best["epoch"], best["score"]) == (2, "accuracy")
+
+
 def test_an_average_without_an_update_is_not_validated_nor_saved_and_a_resumed_plateau_takes_a_new_patience(
     train_script, tiny_args
 ):

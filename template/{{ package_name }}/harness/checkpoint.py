@@ -45,6 +45,7 @@ class RunState:
     global_step: int = 0  # optimizer steps so far
     best_score: float = -math.inf  # the best validation score so far (the task's SCORE)
     epochs_without_improvement: int = 0
+    score: str = ""  # the name of the score best_score is of ("" in checkpoints older than the name)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
