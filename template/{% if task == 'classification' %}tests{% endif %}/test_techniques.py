@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
-from conftest import build_model, records, run_dir
+from conftest import build_model, records, run_dir, without
 
 # What a stand-in for train.validate() returns: the shapes' 6 classes, the 16 preview images.
 VALIDATED = {"loss": 1.0, "samples": 40, "confusion_matrix": [[0] * 6] * 6, "preview": torch.full((16, 6), 1 / 6)}
@@ -262,7 +262,7 @@ def test_seeds_deterministic_mode_and_runs_started_in_the_same_second(
     """The same seed gives the same losses, another seed others; --deterministic sets the global flags, else not.
     Runs named by the same second of their start get their own directories."""
     monkeypatch.setattr(train_script.runs.time, "strftime", lambda fmt: "20260101-000000")
-    argv = [*tiny_args[: tiny_args.index("--run-name")], "--max-steps-per-epoch", "3", "--log-interval", "1"]
+    argv = [*without(tiny_args, "--run-name"), "--max-steps-per-epoch", "3", "--log-interval", "1"]
     for seed, extra in ((2, ["--deterministic"]), (1, []), (1, [])):
         assert train_script.main([*argv, "--seed", str(seed), *extra]) == 0
         if extra:
