@@ -36,6 +36,8 @@ def test_copy_needs_no_trust(tmp_path):
         ("Unet", "unet"),
         ("GPT2Model", "gpt2_model"),
         ("ResNet3D", "resnet3d"),  # an acronym after a digit stays with it
+        ("NAFNet", "nafnet"),  # Net after an acronym, too
+        ("MobileViT", "mobile_vit"),  # a lone last capital stays with its word
     ],
 )
 def test_model_module_is_snake_case(tmp_path, model_name, module):

@@ -155,17 +155,35 @@ def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
     assert (saved["epoch"], saved["best_score"]) == (best[0], pytest.approx(best[1]))
 
 
+@pytest.mark.filterwarnings("error:Detected call of")
+def test_a_score_that_falls_as_the_model_improves_leads_best_pt_patience_and_the_plateau(
+    train_script, tiny_args, monkeypatch, capsys
+):
+    """task.py's HIGHER_IS_BETTER = False: the lowest score is the best, and the plateau waits for it to fall."""
+    scores = iter([0.9, 0.5, 0.6, 0.5, 0.7])
+    monkeypatch.setattr(train_script.task, "HIGHER_IS_BETTER", False)
+    monkeypatch.setattr(train_script, "validate", lambda *_: {**VALIDATED, train_script.task.SCORE: next(scores)})
+    used = []
+    argv = [*tiny_args, "--scheduler", "plateau", "--lr", "0.1", "--lr-gamma", "0.5", "--epochs", "9"]
+    session, _ = train(train_script, [*argv, "--patience", "3", "--max-steps-per-epoch", "1"], record_rates(used))
+    assert used == pytest.approx([0.1] * 4 + [0.05])  # plateau patience 1: epochs 3 and 4 above 0.5 halve the rate
+    assert "early stop" in capsys.readouterr().out  # epochs 3, 4 and 5: none below 0.5
+    saved = torch.load(session.run_dir / "best.pt", weights_only=True)["run_state"]
+    assert (saved["epoch"], saved["best_score"]) == (2, 0.5)
+
+
 def test_a_run_resumed_after_task_score_changed_starts_its_best_afresh(train_script, tiny_args, monkeypatch, capsys):
     """A researcher edits task.SCORE between a run and its resume: the saved best, of the old score, is not compared."""
-    flags, run = [*tiny_args, "--max-steps-per-epoch", "1"], run_dir(tiny_args)
+    flags, run = [*tiny_args, "--max-steps-per-epoch", "1", "--scheduler", "plateau"], run_dir(tiny_args)
     monkeypatch.setattr(train_script.task, "SCORE", "samples")  # 40 images: a best no accuracy reaches
     assert train_script.main(flags) == 0
     assert torch.load(run / "best.pt", weights_only=True)["run_state"]["score"] == "samples"
     monkeypatch.undo()
-    assert train_script.main(["--resume", str(run), "--epochs", "2"]) == 0
+    session, _ = train(train_script, ["--resume", str(run), "--epochs", "2"])
     assert "val accuracy replaces samples as the score: best.pt and --patience start afresh" in capsys.readouterr().out
     best = torch.load(run / "best.pt", weights_only=True)["run_state"]
     assert (best["epoch"], best["score"]) == (2, "accuracy")
+    assert session.scheduler.best == best["best_score"] <= 1  # the plateau's best too
 
 
 def test_an_average_without_an_update_is_not_validated_nor_saved_and_a_resumed_plateau_takes_a_new_patience(

@@ -57,12 +57,14 @@ def build_scheduler(
     gamma: float = 0.1,
     patience: int | None = None,
     early_stop: int | None = None,
+    mode: str = "max",
 ) -> LRScheduler | ReduceLROnPlateau:
     """The schedule for --scheduler.
 
     none, step and cosine: stepped after each optimizer step, with a linear warm-up over warmup_epochs (half an
     epoch if None). plateau: stepped once per epoch with the validation score; `patience` defaults to 5, or to
-    two less than an `early_stop` --patience, so that the rate drops once before the run stops.
+    two less than an `early_stop` --patience, so that the rate drops once before the run stops; `mode`: max when
+    a higher score is better, else min.
     One LambdaLR (not a SequentialLR, which saves its curve's length): a resumed run may change --epochs.
     """
     if name == "plateau":
@@ -70,7 +72,7 @@ def build_scheduler(
             raise UsageError("--scheduler plateau has no warm-up; leave out --warmup-epochs")
         if patience is None:
             patience = 5 if early_stop is None else max(0, min(5, early_stop - 2))
-        return ReduceLROnPlateau(optimizer, mode="max", factor=gamma, patience=patience)
+        return ReduceLROnPlateau(optimizer, mode=mode, factor=gamma, patience=patience)
     total = epochs * steps_per_epoch
     warmup = round((0.5 if warmup_epochs is None else warmup_epochs) * steps_per_epoch)
     if warmup > total:
