@@ -302,7 +302,7 @@ def fill_disk(monkeypatch, where: str) -> None:
         if where == "checkpoint":
             Path(args[1]).write_bytes(b"PK" * 50)
             raise RuntimeError(f"{TORCH_SAYS}\nException ...")
-        if where == "checkpoint copy":  # epoch-2.pt to last.pt: the kind of write the issue saw fail
+        if where == "checkpoint copy":  # epoch-2.pt to last.pt, a copy that a full disk cuts short
             Path(args[1]).write_bytes(Path(args[0]).read_bytes()[:100])
         elif where == "metrics.jsonl" and args[0].name == where and "a" in (*args[1:], kwargs.get("mode", "r"))[0]:
             with real(args[0], "a") as file:
