@@ -1,5 +1,6 @@
 """train.py and test.py end to end on CPU: a run's outputs, exact resume, signals, full disks, bad input."""
 
+import argparse
 import contextlib
 import errno
 import io
@@ -427,6 +428,18 @@ def test_bad_input_is_one_line_and_exit_2(finished, train_script, tiny_args, bad
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert contents(finished[0]) == before  # nothing overwritten
     assert not run_dir(tiny_args).exists()  # and no run directory left behind
+
+
+def test_a_resume_that_the_models_code_refuses_writes_nothing(finished, train_script, monkeypatch, capsys):
+    before, build = contents(finished[0]), train_script.task.build_model
+
+    def build_model(args, *rest):  # the model's code changed since the run: another dropout
+        return build(argparse.Namespace(**{**vars(args), "dropout": 0.5}), *rest)
+
+    monkeypatch.setattr(train_script.task, "build_model", build_model)
+    assert train_script.main(["--resume", str(finished[0]), "--epochs", "4"]) == 2
+    assert "different model config: dropout" in capsys.readouterr().err
+    assert contents(finished[0]) == before  # not even an empty TensorBoard file
 
 
 def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
