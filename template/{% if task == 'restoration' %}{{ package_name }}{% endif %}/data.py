@@ -6,6 +6,7 @@ Every random draw comes from torch's global generator, seeded per item (samplers
 import os
 import zlib
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import Dataset, default_collate
@@ -194,6 +195,17 @@ def build_split(
     else:
         paths = [str(data_dir / path) for path in held_out]
     return ImagePatches(paths, patch_size, degradation, train, patches_per_epoch, strict=strict, root=data_dir)
+
+
+def run_options(args: dict[str, Any]) -> dict[str, Any]:
+    """build_split()'s options that a run's flags set: vars(args), or a checkpoint's "args" (0.2.0's lack one)."""
+    return {
+        "patch_size": args["patch_size"],
+        "patches_per_epoch": args.get("patches_per_epoch", PATCHES_PER_EPOCH),  # counts training crops only
+        "seed": args["seed"],
+        "train_size": args["shapes_train_size"],
+        "val_size": args["shapes_val_size"],
+    }
 
 
 def collate_pairs(samples: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
