@@ -1,5 +1,7 @@
 """Pictures of what the model does: labelled images and a confusion matrix (TensorBoard's and test.py's)."""
 
+import unicodedata
+
 import torch
 from PIL import Image, ImageDraw, ImageFont
 from torchvision.transforms.v2.functional import pil_to_tensor
@@ -14,6 +16,15 @@ CELL = 44  # pixels per cell of the confusion matrix
 LABEL_WIDTH = 110  # pixels for the class names left of each matrix
 NAME_LENGTH = 14  # characters of a class name that are shown
 MATRIX_LIMIT = 30  # classes: a larger confusion matrix shows its most confused ones (pixels grow with classes squared)
+
+
+def drawable(names: list[str]) -> list[str]:
+    """Class names in the ASCII that PIL's default font has (others are boxes): café as cafe, 猫 or Straße as #1."""
+    shown = []
+    for i, name in enumerate(names):
+        letters = "".join(c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c))  # é: e
+        shown.append(letters if letters.isascii() else f"#{i}")
+    return shown
 
 
 def displayable(images: torch.Tensor, prep: Preprocessing) -> torch.Tensor:
@@ -36,7 +47,7 @@ def prediction_grid(
     columns: int = 8,
 ) -> Image.Image:
     """Model inputs (N, C, H, W) as a grid of TILE-pixel tiles captioned with true and predicted class, wrong in red."""
-    font, tiles = ImageFont.load_default(), []
+    font, tiles, classes = ImageFont.load_default(), [], drawable(classes)
     rows = zip(displayable(images, prep), targets.tolist(), predictions.tolist(), confidence.tolist(), strict=True)
     for image, true, predicted, probability in rows:
         resample = Image.Resampling.NEAREST if image.shape[-1] <= TILE else Image.Resampling.BILINEAR
@@ -55,7 +66,7 @@ def prediction_grid(
 
 def confusion_image(confusion: torch.Tensor, names: list[str]) -> Image.Image:
     """A confusion matrix (K, K) (rows: true class) as counts and row shares; past MATRIX_LIMIT, its most_confused()."""
-    confusion = confusion.detach().cpu().to(torch.int64)
+    confusion, names = confusion.detach().cpu().to(torch.int64), drawable(names)
     shown = torch.tensor(most_confused(confusion))  # (k,) with k <= MATRIX_LIMIT
     shares = confusion.double() / confusion.sum(dim=1, keepdim=True).clamp(min=1)  # (K, K): each row's shares
     counts, shares = confusion[shown][:, shown], shares[shown][:, shown]  # (k, k)
