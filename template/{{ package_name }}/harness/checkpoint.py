@@ -197,8 +197,9 @@ def restore(
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])
         torch.set_rng_state(rng["torch"].cpu())
-        if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+        if torch.cuda.is_available():  # a state per GPU the saving process saw: those this one sees (maybe fewer)
+            for index, cuda_state in enumerate(rng["cuda"][: torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(cuda_state.cpu(), index)
     saved = dict(state["run_state"])
     if "best_accuracy" in saved:  # a checkpoint written before the score had a task-neutral name
         saved["best_score"] = saved.pop("best_accuracy")
