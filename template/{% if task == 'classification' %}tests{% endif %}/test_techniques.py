@@ -286,6 +286,8 @@ def test_seeds_deterministic_mode_and_runs_started_in_the_same_second(
         if extra:
             assert torch.are_deterministic_algorithms_enabled()
             assert not torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
+            with pytest.warns(UserWarning, match="put_ does not have a deterministic implementation"):
+                torch.zeros(2).put_(torch.tensor([0, 0]), torch.ones(2))  # warns, as AdaptiveAvgPool2d would on CUDA
             torch.use_deterministic_algorithms(False)  # a fresh process starts this way
     assert not torch.are_deterministic_algorithms_enabled()
     assert torch.backends.cudnn.benchmark and not torch.backends.cudnn.deterministic
