@@ -37,6 +37,8 @@ def resolve_device(name: str) -> torch.device:
         raise UsageError(f"--device {name}: {device.type.upper()} is not available on this machine; use --device cpu")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         raise UsageError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    if device.type == "cuda" and device.index is not None:  # pinned memory follows the current device: no context
+        torch.cuda.set_device(device)  # on GPU 0 for a run on cuda:1
     return device
 
 
