@@ -34,13 +34,14 @@ def evaluate(
     loss_sum = torch.zeros((), device=device, dtype=total)
     confusion = torch.zeros(num_classes, num_classes, device=device, dtype=torch.int64)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    non_blocking = device.type == "cuda"  # to MPS, an asynchronous copy may read freed memory (pytorch#139550)
     worst: dict[str, torch.Tensor] = {}  # the most confident wrong predictions so far, on the CPU
     for batch in loader:
         if batch is None:  # every image of this batch was unreadable (loaders.collate_readable)
             continue
         images, targets = batch
-        images = images.to(device, non_blocking=True, memory_format=memory_format)  # (N, C, H, W)
-        targets = targets.to(device, non_blocking=True)  # (N,)
+        images = images.to(device, non_blocking=non_blocking, memory_format=memory_format)  # (N, C, H, W)
+        targets = targets.to(device, non_blocking=non_blocking)  # (N,)
         with autocast or contextlib.nullcontext():
             logits = model(images)  # (N, num_classes)
         loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum")

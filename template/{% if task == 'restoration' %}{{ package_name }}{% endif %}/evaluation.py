@@ -56,10 +56,11 @@ def evaluate(
     total = torch.float32 if device.type == "mps" else torch.float64
     sums = {name: torch.zeros((), device=device, dtype=total) for name in (*METRICS, "samples")}
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    non_blocking = device.type == "cuda"  # to MPS, an asynchronous copy may read freed memory (pytorch#139550)
     for batch in loader:
         if batch is None:  # every file of this batch was unreadable
             continue
-        degraded, clean = (x.to(device, non_blocking=True, memory_format=memory_format) for x in batch)  # (N, 3, H, W)
+        degraded, clean = (x.to(device, non_blocking=non_blocking, memory_format=memory_format) for x in batch)
         restored = restore(model, degraded, autocast, tiling).to(device)  # (N, 3, H, W) float32: the loss, metrics too
         sums["loss"] += unwrap(model).loss(restored, clean).to(total) * clean.shape[0]  # DataParallel has no .loss
         views = [scored_view(x, crop_border, y_channel) for x in (restored.clamp(0.0, 1.0), degraded, clean)]

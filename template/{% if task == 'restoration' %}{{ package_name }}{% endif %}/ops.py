@@ -43,7 +43,9 @@ def ssim(
     channel. ValueError unless both are 4-D of one shape with H and W >= window.
     """
     pred, target = _as_float_pair(pred, target)
-    n, channels, height, width = pred.shape
+    dtype, n, channels, height, width = pred.dtype, *pred.shape
+    if pred.device.type != "mps":  # float64 (MPS has none): on CUDA, cuDNN may run a float32 convolution in TF32,
+        pred, target = pred.double(), target.double()  # its 10-bit mantissa 0.01 off in an image's SSIM
     if min(height, width) < window:
         raise ValueError(f"ssim needs images of at least {window}x{window} pixels, got {height}x{width}")
     g = gaussian_kernel(window, sigma, pred.dtype).to(pred.device)  # (window,)
@@ -56,4 +58,4 @@ def ssim(
     var_x, var_y, cov_xy = xx - mu_x * mu_x, yy - mu_y * mu_y, xy - mu_x * mu_y  # E[xy] - E[x] E[y]
     c1, c2 = (SSIM_K1 * max_value) ** 2, (SSIM_K2 * max_value) ** 2
     ssim_map = (2 * mu_x * mu_y + c1) * (2 * cov_xy + c2) / ((mu_x**2 + mu_y**2 + c1) * (var_x + var_y + c2))
-    return ssim_map.flatten(1).mean(dim=1)  # (N,)
+    return ssim_map.flatten(1).mean(dim=1).to(dtype)  # (N,)
