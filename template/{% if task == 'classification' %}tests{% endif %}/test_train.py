@@ -400,6 +400,18 @@ BAD_INPUTS = [
 ]
 
 
+def test_a_download_is_made_by_the_main_process_first(train_script, monkeypatch):
+    """Under torchrun the others wait, then read its files: two processes never write one file."""
+    first = []
+    monkeypatch.setattr(train_script.task.distributed, "main_process_first", lambda work: first.append(work) or work())
+    monkeypatch.setattr(train_script.task.data, "build_datasets", lambda *args, **options: options["download"])
+    args = train_script.get_args_parser().parse_args(["--dataset", "mnist", "--data-dir", "data"])
+    for download in (False, True):
+        args.download = download
+        assert train_script.task.build_datasets(args, None) is download
+    assert len(first) == 1
+
+
 @pytest.fixture(scope="module")
 def bad_input_dir(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("bad-input")

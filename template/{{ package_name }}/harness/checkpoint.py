@@ -200,6 +200,8 @@ def restore(
         if torch.cuda.is_available():  # a state per GPU the saving process saw: those this one sees (maybe fewer)
             for index, cuda_state in enumerate(rng["cuda"][: torch.cuda.device_count()]):
                 torch.cuda.set_rng_state(cuda_state.cpu(), index)
+        if rng.get("mps") is not None and torch.backends.mps.is_available():  # dropout on a Mac draws from it
+            torch.mps.set_rng_state(rng["mps"].cpu())
     saved = dict(state["run_state"])
     if "best_accuracy" in saved:  # a checkpoint written before the score had a task-neutral name
         saved["best_score"] = saved.pop("best_accuracy")
@@ -223,4 +225,5 @@ def rng_state() -> dict[str, Any]:
         "numpy": [name, keys.tolist(), *rest],  # set_state() takes the list; weights_only loads no arrays
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "mps": torch.mps.get_rng_state() if torch.backends.mps.is_available() else None,
     }
