@@ -13,7 +13,7 @@ from .harness.checkpoint import unwrap
 from .ops import psnr, ssim
 
 METRICS = ("loss", "psnr", "ssim", "input_psnr", "input_ssim")
-# BT.601 luma on the 16-235 scale of 255, as MATLAB's rgb2ycbcr and super-resolution papers compute it.
+# BT.601 luma on the 16-235 scale of 255: MATLAB's rgb2ycbcr, not rounded, as BasicSR (papers' code) computes it.
 LUMA_WEIGHTS = (65.481 / 255, 128.553 / 255, 24.966 / 255)
 LUMA_OFFSET = 16 / 255
 SSIM_WINDOW = 11  # ops.ssim's window: the smallest side it can score
@@ -63,7 +63,8 @@ def evaluate(
         degraded, clean = (x.to(device, non_blocking=non_blocking, memory_format=memory_format) for x in batch)
         restored = restore(model, degraded, autocast, tiling).to(device)  # (N, 3, H, W) float32: the loss, metrics too
         sums["loss"] += unwrap(model).loss(restored, clean).to(total) * clean.shape[0]  # DataParallel has no .loss
-        views = [scored_view(x, crop_border, y_channel) for x in (restored.clamp(0.0, 1.0), degraded, clean)]
+        saved = restored.clamp(0.0, 1.0).mul(255).round().div(255)  # as its 8-bit PNG, which papers score
+        views = [scored_view(x, crop_border, y_channel) for x in (saved, degraded, clean)]
         for prefix, images in (("", views[0]), ("input_", views[1])):
             sums[prefix + "psnr"] += psnr(images, views[2]).to(total).sum()
             sums[prefix + "ssim"] += ssim(images, views[2]).to(total).sum()
