@@ -25,6 +25,7 @@ LIST_COMMAND = "python -c 'import torchvision.models as m; print(m.list_models(m
 # DataParallel/DistributedDataParallel, torch.compile, and the model file's class around the network (network.*).
 WRAPPER_PREFIXES = re.compile(r"^(module\.|_orig_mod\.|network\.)+")
 AUX_HEADS = ("aux1.", "aux2.", "AuxLogits.")  # googlenet's and inception_v3's, which networks.py builds without
+LEGACY_DENSENET = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))\.([12])\.")  # its files' norm.1 is norm1 now
 
 
 def backbone_name(text: str) -> str:
@@ -94,14 +95,17 @@ def weights_id(backbone: str, weights: str) -> str:
 def choose(backbone: str, weights: str, img_size: int | None) -> tuple[Weights | None, Preprocessing]:
     """The weights a fresh run starts from (resolve()), and how it feeds images, at --img-size when given.
 
-    The preprocessing of the torchvision weights, of a train.py checkpoint, or for a plain state_dict the
-    architecture's DEFAULT weights'; without weights 32x32 in [-1, 1]. --img-size keeps the resize's ratio to the crop.
+    The preprocessing of the torchvision weights (a file by torchvision's name for it too), of a train.py checkpoint,
+    or for another state_dict the architecture's DEFAULT weights'; without weights 32x32 in [-1, 1]. --img-size keeps
+    the resize's ratio to the crop.
     """
     resolved = resolve(backbone, weights)
     if resolved is not None and resolved.state is not None and "model_config" in resolved.state:
         prep = transforms.from_checkpoint(resolved.state)
     elif resolved is not None and backbone != BUILTIN:
-        given = (resolved.enum or torchvision.models.get_model_weights(backbone).DEFAULT).transforms()
+        family = torchvision.models.get_model_weights(backbone)  # a file of theirs, copied, is known by its name
+        named = [member for member in family if Path(member.url).name == Path(resolved.source).name]
+        given = (resolved.enum or (named or [family.DEFAULT])[0]).transforms()
         crop, resize = given.crop_size[0], given.resize_size[0]
         prep = Preprocessing(crop, resize, given.mean, given.std, given.interpolation.value, channels=3)
     else:
@@ -161,7 +165,7 @@ def _network_state(
     for container in ("state_dict", "model"):  # common wrappers of a state_dict
         if isinstance(contents.get(container), dict):
             contents = contents[container]
-    state = {WRAPPER_PREFIXES.sub("", key): value for key, value in contents.items()}
+    state = {LEGACY_DENSENET.sub(r"\1\2.", WRAPPER_PREFIXES.sub("", key)): value for key, value in contents.items()}
     if all(key.startswith(("backbone.", "head.")) for key in state):  # saved from this project's network
         return state, False
     # A torchvision model's own state_dict: its final layer (fc, classifier.1, ...) is the one the network replaced.
