@@ -4,6 +4,7 @@ A file is a state_dict (.pt/.pth) or a checkpoint written by train.py.
 """
 
 import argparse
+import collections
 import dataclasses
 import difflib
 import os
@@ -138,7 +139,8 @@ def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], co
     fits = f"--weights {weights.source} does not fit --backbone {config.backbone}"
     for key, tensor in own.items():
         if key not in state and key.endswith(".num_batches_tracked"):
-            continue  # files saved before PyTorch 0.4.1 lack them (torchvision's resnet18): batch norm fills in 0
+            state[key] = tensor  # files saved before PyTorch 0.4.1 lack them (torchvision's resnet18): the model's 0
+            continue
         if key not in state:
             raise UsageError(f"{fits}: {key} is missing")
         if state[key].shape != tensor.shape:
@@ -146,6 +148,8 @@ def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], co
             raise UsageError(f"{fits}: {key} has shape {shapes}")
     if unexpected := [key for key in state if key not in own]:
         raise UsageError(f"{fits}: unexpected {unexpected[0]}")
+    state = collections.OrderedDict(state)  # with the module versions this code has (mnasnet's loading reads its own)
+    state._metadata = network.state_dict()._metadata
     network.load_state_dict(state, strict=keep_head)
     head = "its head" if keep_head else f"a new head for {config.num_classes} classes"
     return f"loaded {weights.source} into the {config.backbone} backbone, with {head}"
