@@ -121,9 +121,11 @@ def read_image(path: str, channels: int = 3) -> torch.Tensor:
         # Floats in [0, 1] x 255; integers / the top value of the least bit depth (8-16) that holds their maximum: a
         # 12-bit camera's 4095 becomes 255 (a very dark 16-bit image, brighter); anything else stretched from min..max.
         values = np.asarray(upright, dtype=np.float64)
-        finite = values[np.isfinite(values)]  # a float image's NaN (no data) and infinities: its lowest and highest
-        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
-        values = np.nan_to_num(values, nan=low, posinf=high, neginf=low)
+        low, high = float(values.min()), float(values.max())
+        if not np.isfinite(low + high):  # a float image's NaN (no data) and infinities: its lowest and highest
+            finite = values[np.isfinite(values)]  # a copy, made only here: 16-bit images never take this path
+            low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+            values = np.nan_to_num(values, nan=low, posinf=high, neginf=low)
         if upright.mode == "F" and low >= 0 and high <= 1:
             low, scale = 0.0, 255
         elif upright.mode != "F" and low >= 0 and high <= 65535:
