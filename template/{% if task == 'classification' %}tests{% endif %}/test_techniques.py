@@ -123,27 +123,30 @@ def test_the_learning_rate_steps_with_each_optimizer_step_and_is_logged_as_used(
 
 
 @pytest.mark.filterwarnings("error:Detected call of")
-@pytest.mark.parametrize(
-    ("flags", "rates", "best"),  # best: best.pt's (epoch, score)
+@pytest.mark.parametrize(  # scores: the weights', epoch by epoch; best: best.pt's (epoch, score)
+    ("flags", "higher", "scores", "rates", "best"),
     [
-        ([], [0.1] * 7 + [0.05] * 2, (1, 0.5)),  # patience 5: the rate halves after epoch 7
-        (["--patience", "3"], [0.1, 0.1, 0.1, 0.05], (1, 0.5)),  # plateau patience 1, then --patience stops the run
-        (["--plateau-patience", "0", "--ema-decay", "0.5", "--patience", "2"], [0.1] * 9, (9, 0.18)),  # the average's
+        ([], True, [0.5] * 9, [0.1] * 7 + [0.05] * 2, (1, 0.5)),  # patience 5: the rate halves after epoch 7
+        (["--patience", "3"], True, [0.5] * 4, [0.1] * 3 + [0.05], (1, 0.5)),  # plateau patience 1, then early stop
+        (["--plateau-patience", "0", "--ema-decay", "0.5", "--patience", "2"], True, [0.5] * 9, [0.1] * 9, (9, 0.18)),
+        (["--patience", "3"], False, [0.9, 0.5, 0.6, 0.5, 0.7], [0.1] * 4 + [0.05], (2, 0.5)),  # epochs 3, 4 above 0.5
     ],
-    ids=["patience-5", "early-stop", "follows-the-average"],
+    ids=["patience-5", "early-stop", "follows-the-average", "a-score-that-falls"],
 )
 def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
-    train_script, tiny_args, monkeypatch, capsys, flags, rates, best
+    train_script, tiny_args, monkeypatch, capsys, flags, higher, scores, rates, best
 ):
-    """The weights' accuracy stalls at 0.5; with --ema-decay the plateau, --patience and best.pt follow the average."""
-    calls = []
+    """With --ema-decay the plateau, --patience and best.pt follow the average; task.HIGHER_IS_BETTER = False: the
+    lowest score is the best, and the plateau waits for it to fall."""
+    calls, scores = [], iter(scores)
 
     def validate(s, args, model, stop):
         calls.append(model)
         averaged = s.ema is not None and model is s.ema.module
-        return {**VALIDATED, train_script.task.SCORE: len(calls) / 100 if averaged else 0.5}
+        return {**VALIDATED, train_script.task.SCORE: len(calls) / 100 if averaged else next(scores)}
 
     monkeypatch.setattr(train_script, "validate", validate)
+    monkeypatch.setattr(train_script.task, "HIGHER_IS_BETTER", higher)
     used = []
     argv = [*tiny_args, "--scheduler", "plateau", "--lr", "0.1", "--lr-gamma", "0.5", "--epochs", "9", *flags]
     session, _ = train(train_script, [*argv, "--max-steps-per-epoch", "1"], record_rates(used))
@@ -155,46 +158,24 @@ def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
     assert (saved["epoch"], saved["best_score"]) == (best[0], pytest.approx(best[1]))
 
 
-@pytest.mark.filterwarnings("error:Detected call of")
-def test_a_score_that_falls_as_the_model_improves_leads_best_pt_patience_and_the_plateau(
+def test_an_unupdated_average_is_not_saved_and_a_resume_after_task_score_changed_starts_best_and_plateau_afresh(
     train_script, tiny_args, monkeypatch, capsys
 ):
-    """task.py's HIGHER_IS_BETTER = False: the lowest score is the best, and the plateau waits for it to fall."""
-    scores = iter([0.9, 0.5, 0.6, 0.5, 0.7])
-    monkeypatch.setattr(train_script.task, "HIGHER_IS_BETTER", False)
-    monkeypatch.setattr(train_script, "validate", lambda *_: {**VALIDATED, train_script.task.SCORE: next(scores)})
-    used = []
-    argv = [*tiny_args, "--scheduler", "plateau", "--lr", "0.1", "--lr-gamma", "0.5", "--epochs", "9"]
-    session, _ = train(train_script, [*argv, "--patience", "3", "--max-steps-per-epoch", "1"], record_rates(used))
-    assert used == pytest.approx([0.1] * 4 + [0.05])  # plateau patience 1: epochs 3 and 4 above 0.5 halve the rate
-    assert "early stop" in capsys.readouterr().out  # epochs 3, 4 and 5: none below 0.5
-    saved = torch.load(session.run_dir / "best.pt", weights_only=True)["run_state"]
-    assert (saved["epoch"], saved["best_score"]) == (2, 0.5)
-
-
-def test_a_run_resumed_after_task_score_changed_starts_its_best_afresh(train_script, tiny_args, monkeypatch, capsys):
-    """A researcher edits task.SCORE between a run and its resume: the saved best, of the old score, is not compared."""
-    flags, run = [*tiny_args, "--max-steps-per-epoch", "1", "--scheduler", "plateau"], run_dir(tiny_args)
+    """A researcher edits task.SCORE between a run and its resume: the saved best, of the old score, is not compared.
+    The run's moving average had no update: it is neither validated nor saved."""
+    flags = ["--ema-decay", "0.9", "--ema-every", "5", "--scheduler", "plateau", "--max-steps-per-epoch", "2"]
     monkeypatch.setattr(train_script.task, "SCORE", "samples")  # 40 images: a best no accuracy reaches
-    assert train_script.main(flags) == 0
-    assert torch.load(run / "best.pt", weights_only=True)["run_state"]["score"] == "samples"
+    session, _ = train(train_script, [*tiny_args, *flags])  # 2 steps: no update of the average
     monkeypatch.undo()
-    session, _ = train(train_script, ["--resume", str(run), "--epochs", "2"])
+    run = session.run_dir
+    assert torch.load(run / "best.pt", weights_only=True)["run_state"]["score"] == "samples"
+    assert torch.load(run / "last.pt", weights_only=True)["ema"] is None  # test.py scores the weights
+    assert not records(run, "val_ema") and records(run, "val")
+    resumed, _ = train(train_script, ["--resume", str(run), "--epochs", "2", "--patience", "3", "--device", "cpu"])
     assert "val accuracy replaces samples as the score: best.pt and --patience start afresh" in capsys.readouterr().out
     best = torch.load(run / "best.pt", weights_only=True)["run_state"]
     assert (best["epoch"], best["score"]) == (2, "accuracy")
-    assert session.scheduler.best == best["best_score"] <= 1  # the plateau's best too
-
-
-def test_an_average_without_an_update_is_not_validated_nor_saved_and_a_resumed_plateau_takes_a_new_patience(
-    train_script, tiny_args
-):
-    flags = ["--ema-decay", "0.9", "--ema-every", "5", "--scheduler", "plateau", "--max-steps-per-epoch", "2"]
-    session, _ = train(train_script, [*tiny_args, *flags])  # 2 steps: no update of the average
-    assert torch.load(session.run_dir / "last.pt", weights_only=True)["ema"] is None  # test.py scores the weights
-    assert not records(session.run_dir, "val_ema") and records(session.run_dir, "val")
-    resume = ["--resume", str(session.run_dir), "--epochs", "2", "--patience", "3", "--device", "cpu"]
-    resumed, _ = train(train_script, resume)
+    assert resumed.scheduler.best == best["best_score"] <= 1  # the plateau's best too
     assert (session.scheduler.patience, resumed.scheduler.patience) == (5, 1)  # at most --patience - 2
 
 
@@ -277,8 +258,7 @@ def backend_flags(monkeypatch):
 def test_seeds_deterministic_mode_and_runs_started_in_the_same_second(
     train_script, tiny_args, tmp_path, monkeypatch, backend_flags
 ):
-    """The same seed gives the same losses, another seed others; --deterministic sets the global flags, else not.
-    Runs named by the same second of their start get their own directories."""
+    """The same seed gives the same losses, another seed others; --deterministic sets the global flags, else not."""
     monkeypatch.setattr(train_script.runs.time, "strftime", lambda fmt: "20260101-000000")
     argv = [*without(tiny_args, "--run-name"), "--max-steps-per-epoch", "3", "--log-interval", "1"]
     for seed, extra in ((2, ["--deterministic"]), (1, []), (1, [])):

@@ -431,7 +431,6 @@ def bad_input_dir(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(("flags", "message"), BAD_INPUTS, ids=[" ".join(f) for f, _ in BAD_INPUTS])
 def test_bad_input_is_one_line_and_exit_2(finished, train_script, tiny_args, bad_input_dir, capsys, flags, message):
     before = contents(finished[0])
-    capsys.readouterr()
     flags = [flag.replace("{tmp}", str(bad_input_dir)).replace("{run}", str(finished[0])) for flag in flags]
     given = [] if "--resume" in flags else tiny_args  # a resumed run's own flags apply: give none but the one tested
     given = without(given, *SHAPES_SIZES) if "--data-dir" in flags else given
@@ -463,3 +462,15 @@ def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
     assert err[0].startswith("skipping an unreadable image: cannot read ") and len(err) == 3
     assert err[2] == "train.py: error: none of the 2 validation images can be read"
     assert not run_dir(tiny_args).exists()
+
+
+def test_a_gpu_out_of_memory_is_one_line_that_says_what_needs_less(train_script, tiny_args, monkeypatch, capsys):
+    def fit(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of")
+
+    monkeypatch.setattr(train_script, "fit", fit)
+    assert train_script.main(tiny_args) == 1
+    assert capsys.readouterr().err == (
+        "train.py: error: CUDA out of memory. Tried to allocate 2.00 GiB; a smaller --batch-size (--accum-steps keeps "
+        "a step's batch) or --amp bf16 needs less; a resumed run may change --amp, not its batch\n"
+    )

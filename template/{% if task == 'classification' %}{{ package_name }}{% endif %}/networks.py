@@ -52,10 +52,11 @@ class TorchvisionClassifier(nn.Module):
     """A torchvision classifier, built without weights, its last layer replaced by a head for `num_classes`.
 
     The backbone maps images (N, 3, image_size, image_size) to features (N, F), the head (dropout, linear)
-    those to logits (N, num_classes). `image_size` matters only to vit_* and maxvit_t, built for one size.
+    those to logits (N, num_classes). The head's dropout is `dropout`, or if None the one torchvision puts before
+    the classifier (efficientnet_b0: 0.2; 0 where it has none). `image_size` matters only to vit_* and maxvit_t.
     """
 
-    def __init__(self, name: str, num_classes: int, dropout: float = 0.0, image_size: int = 224) -> None:
+    def __init__(self, name: str, num_classes: int, dropout: float | None = None, image_size: int = 224) -> None:
         super().__init__()
         options: dict = {}
         if name.startswith("vit_"):
@@ -84,10 +85,12 @@ class TorchvisionClassifier(nn.Module):
         names = [key for key, _ in holder.named_children()]  # in the order forward() runs them, in torchvision
         previous = names[names.index(attribute) - 1] if names.index(attribute) > 0 else None
         if previous is not None and isinstance(getattr(holder, previous), nn.Dropout):  # efficientnet, vgg, googlenet
-            setattr(holder, previous, nn.Identity())  # --dropout, in the head, is the dropout before the classifier
+            # Its rate moves into the head: in the backbone, --freeze-backbone's eval mode would turn it off.
+            dropout = getattr(holder, previous).p if dropout is None else dropout
+            setattr(holder, previous, nn.Identity())
         setattr(holder, attribute, nn.Identity())
         features = final.weight.shape[1]  # a weight (out, in) or (out, in, 1, 1)
-        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(features, num_classes))
+        self.head = nn.Sequential(nn.Dropout(dropout or 0.0), nn.Linear(features, num_classes))
         nn.init.normal_(self.head[-1].weight, std=0.01)  # as the builtin network's head; torchvision inits the rest
         nn.init.zeros_(self.head[-1].bias)
 

@@ -150,23 +150,10 @@ def background_batches(loader: DataLoader, depth: int) -> Iterator[Iterator]:
         yield batches
         return
     stop = threading.Event()
-
-    def produce() -> Iterator:
-        try:
-            yield from itertools.takewhile(lambda _: not stop.is_set(), batches)
-        except Exception as err:  # noqa: BLE001 - handed to the consumer, which re-raises it (no batch is one)
-            yield err
-
-    thread = BackgroundGenerator(produce(), max_prefetch=depth)
-
-    def consume() -> Iterator:
-        for item in thread:
-            if isinstance(item, Exception):
-                raise item
-            yield item
-
+    # BackgroundGenerator (>= 1.0.3) hands the producer's error to the consumer: its next() raises it.
+    thread = BackgroundGenerator(itertools.takewhile(lambda _: not stop.is_set(), batches), max_prefetch=depth)
     try:
-        yield consume()
+        yield thread
     finally:
         stop.set()
         while thread.is_alive():  # take batches so a pending put returns and the producer sees `stop`

@@ -27,10 +27,9 @@ def resolve_device(name: str) -> torch.device:
     available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     if name == "auto":
         name = "cuda" if available["cuda"] else "mps" if available["mps"] else "cpu"
-    try:
+    device = None
+    with contextlib.suppress(RuntimeError):  # not a device name: "gpu0", "cuda:x"
         device = torch.device(name)
-    except RuntimeError:
-        device = None
     if device is None or device.type not in available:
         raise UsageError(f"--device {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
     if not available[device.type]:
