@@ -10,6 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from . import UsageError
+from .harness import runtime
 from .ops import confusion_matrix, precision_recall_f1
 
 
@@ -34,7 +35,7 @@ def evaluate(
     loss_sum = torch.zeros((), device=device, dtype=total)
     confusion = torch.zeros(num_classes, num_classes, device=device, dtype=torch.int64)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    non_blocking = device.type == "cuda"  # to MPS, an asynchronous copy may read freed memory (pytorch#139550)
+    non_blocking = runtime.non_blocking(device)
     worst: dict[str, torch.Tensor] = {}  # the most confident wrong predictions so far, on the CPU
     for batch in loader:
         if batch is None:  # every image of this batch was unreadable (loaders.collate_readable)

@@ -130,7 +130,8 @@ def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], co
     """
     state, keep_head = _network_state(weights, contents, network, config, classes)
     state = {key: value for key, value in state.items() if keep_head or not key.startswith("head.")}
-    own = {key: value for key, value in network.state_dict().items() if keep_head or not key.startswith("head.")}
+    current = network.state_dict()
+    own = {key: value for key, value in current.items() if keep_head or not key.startswith("head.")}
     vit, key = getattr(network, "backbone", None), "backbone.encoder.pos_embedding"
     if isinstance(vit, torchvision.models.VisionTransformer) and key in state:
         # Trained at another image size: the position embedding is interpolated to this one (kept at the same size).
@@ -149,7 +150,7 @@ def load_into(network: nn.Module, weights: Weights, contents: dict[str, Any], co
     if unexpected := [key for key in state if key not in own]:
         raise UsageError(f"{fits}: unexpected {unexpected[0]}")
     state = collections.OrderedDict(state)  # with the module versions this code has (mnasnet's loading reads its own)
-    state._metadata = network.state_dict()._metadata
+    state._metadata = current._metadata
     network.load_state_dict(state, strict=keep_head)
     head = "its head" if keep_head else f"a new head for {config.num_classes} classes"
     return f"loaded {weights.source} into the {config.backbone} backbone, with {head}"

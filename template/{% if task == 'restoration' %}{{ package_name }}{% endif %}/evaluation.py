@@ -9,6 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from . import UsageError
+from .harness import runtime
 from .harness.checkpoint import unwrap
 from .ops import psnr, ssim
 
@@ -56,7 +57,7 @@ def evaluate(
     total = torch.float32 if device.type == "mps" else torch.float64
     sums = {name: torch.zeros((), device=device, dtype=total) for name in (*METRICS, "samples")}
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    non_blocking = device.type == "cuda"  # to MPS, an asynchronous copy may read freed memory (pytorch#139550)
+    non_blocking = runtime.non_blocking(device)
     for batch in loader:
         if batch is None:  # every file of this batch was unreadable
             continue

@@ -61,6 +61,11 @@ def configure_backends(deterministic: bool) -> None:
     torch.backends.cudnn.deterministic = deterministic
 
 
+def non_blocking(device: torch.device) -> bool:
+    """Whether host-to-`device` copies may be asynchronous: to CUDA only."""
+    return device.type == "cuda"  # to MPS, an asynchronous copy may read memory already freed (pytorch#139550)
+
+
 def autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
     """torch.autocast for --amp bf16|fp16, a no-op context for --amp none; UsageError for fp16 on the CPU."""
     if amp == "none":
