@@ -188,7 +188,10 @@ def class_folders(root: Path, split: str | None = None) -> list[tuple[str, str, 
     classes = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir() and not is_hidden(entry.name))
     if not classes:  # hidden folders (.ipynb_checkpoints, __MACOSX) are no classes
         raise UsageError(f"image folder {folder} has no images: no class folder in it")
-    rows = [(path.relative_to(root).as_posix(), name, split) for name in classes for path in list_images(folder / name)]
+    rows = []
+    for name in classes:  # a folder linked in from another class (or above it) is that class's
+        others = [folder / other for other in classes if other != name]
+        rows += [(path.relative_to(root).as_posix(), name, split) for path in list_images(folder / name, others)]
     if empty := [name for name in classes if name not in {label for _, label, _ in rows}]:
         extensions = " ".join(IMAGE_EXTENSIONS)
         raise UsageError(f"image folder {folder} has a class folder without images: {empty[0]} (none of {extensions})")
@@ -242,7 +245,12 @@ def assign_splits(
     Those are `held_out` (a run's: UsageError if one is not in `rows`), else every image with `fraction` 1,
     else `fraction` of each class's, chosen by samplers.hold_out from "<class>/<path>": stable as images are added.
     """
-    if all(split is not None for _, _, split in rows):
+    own = all(split is not None for _, _, split in rows)  # DIR/train/ and DIR/val/, or a split column
+    if held_out is not None and own == bool(held_out):  # a run's data in the other layout: its validation would change
+        had = f"held out {len(held_out)} of its images" if held_out else "validated on its data's own val split"
+        now = "gives train and val splits of its own" if own else "gives no split"
+        raise UsageError(f"{root} {now}, but the run {had}: give the run's data as it was, or start a new run")
+    if own:
         return rows, []
     if held_out is not None:  # spelled as the rows are (a run from before CSV paths were made relative: absolute)
         held_out = sorted(os.path.relpath(root / path, root) for path in held_out)

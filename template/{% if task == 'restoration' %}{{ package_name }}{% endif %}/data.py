@@ -132,7 +132,7 @@ class ImagePatches(SkipsUnreadable, Dataset):
         clean = self.first_readable(file_index, self._clean)  # (3, P, P) or None
         # Validation degrades an image by its path below the data's folder: alike wherever that folder lies, whatever
         # else it holds, and unlike for a.png of one subfolder and a.png of another.
-        seed = sample_seed(0, 0, zlib.crc32(os.path.relpath(self.paths[file_index], self.root).encode()))
+        seed = sample_seed(0, 0, zlib.crc32(Path(self.paths[file_index]).relative_to(self.root).as_posix().encode()))
         return None if clean is None else degraded_pair(clean, self.degradation, self.train, seed)
 
     def _clean(self, file_index: int) -> torch.Tensor | None:

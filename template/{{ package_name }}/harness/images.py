@@ -29,11 +29,13 @@ def is_hidden(name: str) -> bool:
     return name.startswith(".") or name == "__MACOSX"
 
 
-def list_images(folder: Path) -> list[Path]:
+def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
     """Every image file under `folder`, any nesting, sorted; hidden names skipped, symlinked folders followed once.
 
+    A link to a folder that lies in or holds one of `others` (other classes, listed on their own) is not followed.
     One directory read per folder and no stat per file (ImageNet's million files), except for symbolic links.
     """
+    avoid = [os.path.realpath(other) for other in others]
     found, seen, pending = [], set(), [folder]
     while pending:
         top = pending.pop()
@@ -44,6 +46,10 @@ def list_images(folder: Path) -> list[Path]:
             for entry in entries:
                 if is_hidden(entry.name):
                     continue
+                if entry.is_dir() and avoid and entry.is_symlink():  # a link to another class's images: skipped
+                    target = os.path.realpath(entry.path)
+                    if any(os.path.commonpath([target, other]) in (target, other) for other in avoid):
+                        continue
                 if entry.is_dir():
                     pending.append(Path(entry.path))
                 elif entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_EXTENSIONS:  # no dangling link
