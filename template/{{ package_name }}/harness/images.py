@@ -65,7 +65,8 @@ def is_runs_data(
     They are if they include images it trained on (`trained`, by default the files `original` holds that it did not
     hold out; the first 16 found there compared byte for byte) or, that folder gone, every held-out path.
 
-    UsageError if so and a held-out image is not among them, or `root` lies in `original` or holds it: scored
+    UsageError if so and a held-out image is not among them, or they are the run's files under other names (`root`
+    lies in `original` or holds it, or lists its files by other paths: a CSV for a folder, or the reverse): scored
     whole, they hold images the run trained on. A test set (named like the run's images or not, some of its
     validation images or not) is not the run's data.
     """
@@ -74,20 +75,19 @@ def is_runs_data(
         return False
     if original is not None and original.is_dir():
         here, base = root.resolve(), original.resolve()
-        nested = here != base and (here.is_relative_to(base) or base.is_relative_to(here))
-        if nested and here.is_relative_to(base):  # a folder in the run's data: its paths there
-            keys = {p: f"{here.relative_to(base).as_posix()}/{p}" for p in scored}
-        elif nested:  # a folder that holds the run's data
-            prefix = f"{base.relative_to(here).as_posix()}/"
-            keys = {p: p.removeprefix(prefix) for p in scored if p.startswith(prefix)}
-        else:  # the run's folder, or a copy elsewhere (compared byte for byte)
-            keys = {p: p for p in scored}
+
+        def run_name(path: str) -> str:  # an image's name in the run's data if it is one of the run's files, or its own
+            name = Path(os.path.relpath(here / path, base)).as_posix()
+            mine = name in held or (name in trained if trained is not None else not name.startswith("../"))
+            return name if mine else path
+
+        keys = {p: run_name(p) for p in scored}  # a copy elsewhere keeps its names: compared byte for byte below
         ours = ((p, k) for p, k in keys.items() if k not in held and (trained is None or k in trained))
         ours = ((p, k) for p, k in ours if (original / k).is_file())
         runs = any(filecmp.cmp(root / p, original / k, shallow=False) for p, k in itertools.islice(ours, 16))
-        if runs and nested:
-            where = "lies in" if here.is_relative_to(base) else "holds"
-            why = "scored whole, it would score the images the run trained on; give that folder itself or a test set"
+        if runs and any(p != k for p, k in keys.items()):
+            where = "lies in" if here.is_relative_to(base) else "holds" if base.is_relative_to(here) else "lists"
+            why = "scored whole, it would score the images the run trained on; give the run's data itself or a test set"
             raise UsageError(f"{root} {where} the run's data {original}: {why}")
     else:  # the run's folder gone (moved): judged by the names alone
         runs = held <= set(scored)
