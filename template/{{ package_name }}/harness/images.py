@@ -13,7 +13,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
-from torchcodec.decoders import decode_jpeg
+from torchcodec.decoders import decode_jpeg, decode_png
 from torchvision import datasets
 from torchvision.transforms.v2.functional import pil_to_tensor
 
@@ -109,36 +109,45 @@ class UnreadableImageError(UsageError):
 def read_image(path: str, channels: int = 3) -> torch.Tensor:
     """The image at `path` as uint8 (channels, H, W), RGB or gray, decoded whole now and turned as its EXIF says.
 
-    JPEGs are decoded by TorchCodec (twice as fast), anything else and a JPEG it refuses by PIL: 16-bit and float
-    images are scaled to 8 bits, transparent pixels laid on white. UnreadableImageError (path, reason) if PIL fails.
+    JPEGs are decoded by TorchCodec (twice as fast), as are 16-bit RGB(A) PNGs; anything else and a file it refuses
+    by PIL: 16-bit and float images are scaled to 8 bits, transparent pixels laid on white.
+    UnreadableImageError (path, reason) if PIL fails.
     """
+    wide = None  # a 16-bit RGB(A) PNG's values (H, W, C), of which PIL keeps the high bytes
     with contextlib.suppress(Exception), open(path, "rb") as file:  # PIL's message below says what is wrong
         data = file.read()
         if data.startswith(b"\xff\xd8\xff"):  # a JPEG's start-of-image marker
             return decode_jpeg(data, mode="GRAY" if channels == 1 else "RGB")  # turned as its EXIF says
+        if data.startswith(b"\x89PNG") and data[24:26] in (b"\x10\x02", b"\x10\x06"):  # bit depth 16, RGB or RGBA
+            wide = decode_png(data, mode="UNCHANGED", output_dtype=torch.uint16).permute(1, 2, 0).numpy()  # upright
     try:
-        with Image.open(path) as image:
-            image.load()
-            upright = ImageOps.exif_transpose(image)  # a copy, turned as the camera's orientation tag says
+        if wide is None:
+            with Image.open(path) as image:
+                image.load()
+                upright = ImageOps.exif_transpose(image)  # a copy, turned as the camera's orientation tag says
     except Exception as err:  # noqa: BLE001 - OSError, ValueError, SyntaxError, EOFError, ...: a damaged file
         why = "not an image PIL can identify" if isinstance(err, UnidentifiedImageError) else reason(err)
         raise UnreadableImageError(f"cannot read {path} ({why})") from None
-    if upright.mode.startswith("I") or upright.mode == "F":  # PIL's own conversion would clip these at 255
+    mode = upright.mode if wide is None else "I;16"
+    if mode.startswith("I") or mode == "F":  # PIL's own conversion would clip these at 255
         # Floats in [0, 1] x 255; integers / the top value of the least bit depth (8-16) that holds their maximum: a
         # 12-bit camera's 4095 becomes 255 (a very dark 16-bit image, brighter); anything else stretched from min..max.
-        values = np.asarray(upright, dtype=np.float64)
+        values = np.asarray(upright if wide is None else wide[..., :3], dtype=np.float64)
         low, high = float(values.min()), float(values.max())
         if not np.isfinite(low + high):  # a float image's NaN (no data) and infinities: its lowest and highest
             finite = values[np.isfinite(values)]  # a copy, made only here: 16-bit images never take this path
             low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
             values = np.nan_to_num(values, nan=low, posinf=high, neginf=low)
-        if upright.mode == "F" and low >= 0 and high <= 1:
+        if mode == "F" and low >= 0 and high <= 1:
             low, scale = 0.0, 255
-        elif upright.mode != "F" and low >= 0 and high <= 65535:
+        elif mode != "F" and low >= 0 and high <= 65535:
             low, scale = 0.0, 255 / next(2**bits - 1 for bits in (8, 10, 12, 14, 16) if high < 2**bits)
         else:
             scale = 255 / ((high - low) or 1)
-        upright = Image.fromarray(((values - low) * scale).round().astype(np.uint8))
+        eight = ((values - low) * scale).round().astype(np.uint8)
+        if wide is not None:  # and its alpha (if any) over all 16 bits, as PNG defines it: 65535 is opaque
+            eight = np.concatenate([eight, (wide[..., 3:] / 257).round().astype(np.uint8)], axis=-1)
+        upright = Image.fromarray(eight)
     if upright.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in upright.info:
         rgba = upright.convert("RGBA")
         upright = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
