@@ -83,6 +83,9 @@ def test_every_name_the_project_binds_is_reserved(tmp_path, task):
     package = answers(project)["package_name"]
     files = {path.stem for path in [*(project / package).glob("*.py"), *project.glob("*.py")]} - {"__init__", "zqmodel"}
     files |= {path.stem for path in (project / "tests").rglob("*.py")}  # test_train: a package of that name shadows it
+    init = ast.parse((project / package / "__init__.py").read_text())  # a model module pkg.reader_gone replaces it
+    files |= {a.asname or a.name for node in init.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    files |= {node.name for node in init.body if isinstance(node, ast.FunctionDef)}
     names, notebook_names, imported = bound_names(project)
     wanted = files | notebook_names | {name.lower() for name in imported} | {"tests"}
     wanted = {name for name in wanted if re.fullmatch("[a-z][a-z0-9_]+", name)} - {package, "zqmodel"}
@@ -164,6 +167,7 @@ BAD_ANSWERS = [
     ({"model_module": "shape_classifier"}, "must differ from package_name"),
     ({"author_email": "nobody"}, "author_email must look like"),
     ({"description": "two\nlines"}, "description must be one line"),
+    ({"description": " . "}, "description must not be empty"),
 ]
 
 

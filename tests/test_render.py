@@ -113,6 +113,7 @@ RESTORATION = {
     "none": {"multi_gpu": "none"},
     "dataparallel-renamed": {"multi_gpu": "dataparallel", **RENAMED, "model_name": "PhotoDenoiser"},
 }
+RESTORATION["dataparallel-renamed"]["description"] = "Removes noise from photos."  # its full stop not doubled
 
 
 @pytest.fixture(scope="module", params=RESTORATION)
@@ -127,6 +128,7 @@ def test_restoration_layout_ruff_and_suite(restoration):
     assert not (package / "transforms.py").exists() and not (package / "pretrained.py").exists()
     scripts = ("train.py", "test.py", "predict.py", "export.py", "README.md")
     assert all((restoration / name).is_file() for name in scripts)
+    assert f"\n{answers['description'].rstrip('.')}.\n" in (restoration / "README.md").read_text()
     assert_no_template_syntax_left(restoration)
     assert_notebook_as_jupyter_saves_it(restoration)
     run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=restoration)
