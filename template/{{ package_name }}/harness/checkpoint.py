@@ -92,10 +92,10 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     try:
         write(tmp)
         os.replace(tmp, path)
-    except (OSError, RuntimeError, OutputError) as err:
+    except BaseException as err:  # a second Ctrl-C mid-write too: no partial tmp is left behind
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        if isinstance(err, OutputError):
+        if not isinstance(err, (OSError, RuntimeError)):  # write()'s OutputError, a KeyboardInterrupt, ...
             raise
         full = "" if isinstance(err, OSError) else "; is the disk full?"  # torch.save's runs out of room in C++
         raise OutputError(f"cannot write {path} ({reason(err)}{full})") from None
@@ -184,7 +184,10 @@ def restore(
     if ema is not None and state["ema"] is not None:  # None: the average had no update yet
         load_weights(ema.module, state["ema"])
         ema.n_averaged.fill_(state["ema_updates"])
-    optimizer.load_state_dict(state["optimizer"])
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+    except ValueError as err:  # the code changed which parameters train, or how they are grouped
+        raise UsageError(f"the checkpoint's optimizer state does not fit this model's parameters: {err}") from None
     scheduler.load_state_dict(state["scheduler"])
     if isinstance(scheduler, LambdaLR):  # the rebuilt curve's rate (a new --epochs changes it), not the saved one
         for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
