@@ -132,7 +132,8 @@ def resolve(path: Path) -> Path:
     if path.is_dir():
         path = path / "last.pt"
     if not path.is_file():
-        raise UsageError(f"checkpoint {path} does not exist")
+        held = sorted(other.name for other in path.parent.glob("*.pt")) if path.name == "last.pt" else []  # best.pt
+        raise UsageError(f"checkpoint {path} does not exist" + (f"; its folder has {', '.join(held)}" if held else ""))
     return path
 
 
