@@ -355,7 +355,7 @@ BAD_INPUTS = [
     (["--resume", "{tmp}/missing.pt"], "does not exist"),
     (["--resume", "{tmp}/corrupt.pt"], "is corrupt or not a PyTorch file"),
     (["--resume", "{tmp}/model.pt"], "model.pt holds no training state to resume (no optimizer, rng, run_state"),
-    (["--resume", "{tmp}/restorer.pt", "--lr", "1"], "restorer.pt holds a Restorer model, not "),  # before its flags
+    (["--resume", "{tmp}/unet.pt", "--lr", "1"], "unet.pt holds a UNet model, not "),  # before its flags
     (["--amp", "fp16"], "--amp fp16 needs a GPU"),
     (["--output-dir", "{tmp}/a-file"], "is a file, not a directory"),
     (["--output-dir", "{tmp}/a-file/runs"], "a-file, a file, not a directory"),
@@ -422,8 +422,8 @@ def bad_input_dir(tmp_path_factory) -> Path:
     (tmp / "corrupt.pt").write_bytes(os.urandom(256))
     torch.save({"model": {}, "model_name": "M", "model_config": {}, "classes": [], "args": {}}, tmp / "model.pt")
     other = {key: {} for key in ("args", "optimizer", "scheduler", "scaler", "model", "model_config")}
-    other |= {"model_name": "Restorer", "classes": [], "rng": [{}], "run_state": {"epoch": 1, "global_step": 4}}
-    torch.save(other, tmp / "restorer.pt")  # a run of the other task
+    other |= {"model_name": "UNet", "classes": [], "rng": [{}], "run_state": {"epoch": 1, "global_step": 4}}
+    torch.save(other, tmp / "unet.pt")  # another model's run (no model_name answer is UNet)
     for name in ("a_class", "another"):
         write_images(tmp / "unreadable-val" / "train" / name, ["0"], 0)
         (tmp / "unreadable-val" / "val" / name).mkdir(parents=True)
