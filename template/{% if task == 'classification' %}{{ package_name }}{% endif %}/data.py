@@ -188,10 +188,8 @@ def class_folders(root: Path, split: str | None = None) -> list[tuple[str, str, 
     classes = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir() and not is_hidden(entry.name))
     if not classes:  # hidden folders (.ipynb_checkpoints, __MACOSX) are no classes
         raise UsageError(f"image folder {folder} has no images: no class folder in it")
-    rows = []
-    for name in classes:  # a folder linked in from another class (or above it) is that class's
-        others = [folder / other for other in classes if other != name]
-        rows += [(path.relative_to(root).as_posix(), name, split) for path in list_images(folder / name, others)]
+    every = [folder / name for name in classes]  # a folder linked in from another class (or above it) is that class's
+    rows = [(path.relative_to(root).as_posix(), cls.name, split) for cls in every for path in list_images(cls, every)]
     if empty := [name for name in classes if name not in {label for _, label, _ in rows}]:
         extensions = " ".join(IMAGE_EXTENSIONS)
         raise UsageError(f"image folder {folder} has a class folder without images: {empty[0]} (none of {extensions})")

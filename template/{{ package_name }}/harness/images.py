@@ -32,10 +32,11 @@ def is_hidden(name: str) -> bool:
 def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
     """Every image file under `folder`, any nesting, sorted; hidden names skipped, symlinked folders followed once.
 
-    A link to a folder that lies in or holds one of `others` (other classes, listed on their own) is not followed.
-    One directory read per folder and no stat per file (ImageNet's million files), except for symbolic links.
+    A link to a folder that lies in or holds one of `others` (the other classes, listed on their own; `folder` may
+    be among them) is not followed. One directory read per folder and no stat per file (ImageNet's million files),
+    except for symbolic links.
     """
-    avoid = [os.path.realpath(other) for other in others]
+    avoid = None  # the others' real paths, found at the first symbolic link (most data has none)
     found, seen, pending = [], set(), [folder]
     while pending:
         top = pending.pop()
@@ -46,7 +47,9 @@ def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
             for entry in entries:
                 if is_hidden(entry.name):
                     continue
-                if entry.is_dir() and avoid and entry.is_symlink():  # a link to another class's images: skipped
+                if entry.is_dir() and others and entry.is_symlink():  # a link to another class's images: skipped
+                    own = os.path.realpath(folder)
+                    avoid = avoid or [real for real in map(os.path.realpath, others) if real != own]
                     target = os.path.realpath(entry.path)
                     if any(os.path.commonpath([target, other]) in (target, other) for other in avoid):
                         continue
