@@ -48,8 +48,9 @@ def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
                 if is_hidden(entry.name):
                     continue
                 if entry.is_dir() and others and entry.is_symlink():  # a link to another class's images: skipped
-                    own = os.path.realpath(folder)
-                    avoid = avoid or [real for real in map(os.path.realpath, others) if real != own]
+                    if avoid is None:
+                        own = os.path.realpath(folder)
+                        avoid = [real for real in map(os.path.realpath, others) if real != own]
                     target = os.path.realpath(entry.path)
                     if any(os.path.commonpath([target, other]) in (target, other) for other in avoid):
                         continue
