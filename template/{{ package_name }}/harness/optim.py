@@ -46,6 +46,11 @@ OPTIMIZERS = ("adamw", "sgd", "sgd_nesterov")
 WEIGHT_DECAY = {"adamw": 0.05, "sgd": 1e-4, "sgd_nesterov": 1e-4}  # torchvision's: decoupled decay and L2 differ
 
 
+def plateau_patience(early_stop: int | None) -> int:
+    """--plateau-patience's default: 5, or two less than an early-stop --patience, so that the rate drops before."""
+    return 5 if early_stop is None else max(0, min(5, early_stop - 2))
+
+
 def build_scheduler(
     optimizer: torch.optim.Optimizer,
     name: str,
@@ -62,16 +67,14 @@ def build_scheduler(
     """The schedule for --scheduler.
 
     none, step and cosine: stepped after each optimizer step, with a linear warm-up over warmup_epochs (half an
-    epoch if None). plateau: stepped once per epoch with the validation score; `patience` defaults to 5, or to
-    two less than an `early_stop` --patience, so that the rate drops once before the run stops; `mode`: max when
-    a higher score is better, else min.
+    epoch if None). plateau: stepped once per epoch with the validation score, after `patience` epochs without
+    progress (plateau_patience(early_stop) if None); `mode`: max when a higher score is better, else min.
     One LambdaLR (not a SequentialLR, which saves its curve's length): a resumed run may change --epochs.
     """
     if name == "plateau":
         if warmup_epochs:
             raise UsageError("--scheduler plateau has no warm-up; leave out --warmup-epochs")
-        if patience is None:
-            patience = 5 if early_stop is None else max(0, min(5, early_stop - 2))
+        patience = plateau_patience(early_stop) if patience is None else patience
         return ReduceLROnPlateau(optimizer, mode=mode, factor=gamma, patience=patience)
     total = epochs * steps_per_epoch
     warmup = round((0.5 if warmup_epochs is None else warmup_epochs) * steps_per_epoch)
