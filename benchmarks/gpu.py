@@ -130,7 +130,8 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
     flops = train_flops_per_image(model, x.contiguous(memory_format=torch.channels_last), y, autocast)
 
     wrapped = train.distributed.wrap(model, device, compile=args.compile)  # as train.py's setup() does
-    logger = train.RunLogger(workdir / "runs" / name, True, args.progress, 1, args.accum_steps, 0)  # 1 process
+    state = train.checkpoint.RunState()
+    logger = train.RunLogger(workdir / "runs" / name, True, args.progress, 1, args.accum_steps, state)  # 1 process
     session = train.Session(
         model=model,
         wrapped=wrapped,
@@ -138,9 +139,10 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
         scheduler=scheduler,
         scaler=scaler,
         train_loader=loader,
-        val_loader=None,  # train_one_epoch reads none of these five
+        val_loader=None,  # train_one_epoch reads none of these six
         classes=[],
         held_out=[],
+        val_files=None,
         prep=None,
         preview=None,
         ema=None,
@@ -148,7 +150,6 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
         run_dir=workdir / "runs" / name,
         logger=logger,
     )
-    state = train.checkpoint.RunState()
     memory_format = torch.channels_last
 
     def generated() -> float:

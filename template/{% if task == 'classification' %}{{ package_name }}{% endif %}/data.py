@@ -57,7 +57,7 @@ class ImageFiles(SkipsUnreadable, Dataset):
         channels: int = 3,
     ) -> None:
         self.samples, self.transform, self.channels = samples, transform, channels
-        self.track_unreadable(len(samples), str(root), strict=strict, substitute=substitute)
+        self.track_unreadable([path for path, _ in samples], str(root), strict=strict, substitute=substitute)
 
     def __len__(self) -> int:
         return len(self.samples)

@@ -120,7 +120,7 @@ class ImagePatches(SkipsUnreadable, Dataset):
         self.paths, self.patch_size, self.degradation, self.train = paths, patch_size, degradation, train
         self.length = max(patches_per_epoch, len(self.paths)) if train else len(self.paths)
         common = os.path.commonpath([os.path.dirname(path) for path in paths]) if paths else ""
-        self.track_unreadable(len(self.paths), str(root or common), strict=strict, substitute=train)
+        self.track_unreadable(self.paths, str(root or common), strict=strict, substitute=train)
 
     def __len__(self) -> int:
         return self.length

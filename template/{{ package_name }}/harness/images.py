@@ -2,6 +2,7 @@
 
 import contextlib
 import filecmp
+import hashlib
 import itertools
 import multiprocessing
 import os
@@ -166,10 +167,10 @@ class SkipsUnreadable:
     loader's workers.
     """
 
-    def track_unreadable(self, num_files: int, root: str, *, strict: bool, substitute: bool) -> None:
-        """Start with no file flagged; `strict`: raise at the first unreadable file, else skip it (first_readable)."""
-        self.root, self.strict, self.substitute = root, strict, substitute
-        self.unreadable = torch.zeros(num_files, dtype=torch.bool).share_memory_()
+    def track_unreadable(self, files: list[str], root: str, *, strict: bool, substitute: bool) -> None:
+        """None of `files` flagged yet; `strict`: raise at the first unreadable, else skip it (first_readable)."""
+        self.files, self.root, self.strict, self.substitute = files, root, strict, substitute
+        self.unreadable = torch.zeros(len(files), dtype=torch.bool).share_memory_()
         self.naming = multiprocessing.Lock()  # passed to the loader's workers as they start
 
     def first_readable(self, index: int, read: Callable[[int], T | None]) -> T | None:
@@ -197,3 +198,14 @@ class SkipsUnreadable:
             if not named:
                 print(f"skipping an unreadable image: {err}", file=sys.stderr, flush=True)
             return None
+
+
+def fingerprint(dataset: object) -> str | None:
+    """A digest of a SkipsUnreadable dataset's file names below its root and their sizes, alike for a copy elsewhere.
+
+    None for other datasets (the built-in shapes, torchvision's): their flags say what they hold.
+    """
+    if not isinstance(dataset, SkipsUnreadable):
+        return None
+    names = sorted((Path(os.path.relpath(path, dataset.root)).as_posix(), path) for path in dataset.files)
+    return hashlib.sha256("".join(f"{name}\0{os.path.getsize(path)}\0" for name, path in names).encode()).hexdigest()

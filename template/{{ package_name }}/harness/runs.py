@@ -167,12 +167,18 @@ def check_same_data(views: list[tuple[list[str], int, int]]) -> None:
             )
 
 
-def check_same_classes(classes: list[str], saved: list[str]) -> None:
-    """UsageError unless a resumed run's data (moved, perhaps) has the classes it was trained on, in their order."""
-    if classes != saved:
+def check_runs_data(classes: list[str], val_files: str | None, resumed: dict[str, Any]) -> None:
+    """UsageError unless a `resumed` run's data (moved, perhaps) is the data it was trained on.
+
+    Compared: the classes, in their order, and the validation files it scored (images.fingerprint, where both have one).
+    """
+    if classes != (saved := resumed.get("classes", classes)):
         only = sorted(set(classes) ^ set(saved))
         why = f"{only[0]!r} is in only one of them" if only else "the same names in another order"
         raise UsageError(f"the data's classes are not the run's: {why}; start a new run")
+    if None not in (val_files, resumed.get("val_files")) and val_files != resumed["val_files"]:
+        why = "other names or sizes than those it scored: give its own data, or start a new run"
+        raise UsageError(f"the data's validation images are not the run's: {why}")
 
 
 def what_is_kept(run_dir: Path, then: str = "free some space and resume") -> str:

@@ -53,9 +53,9 @@ class RunLogger:
     """Writes what a run reports; on other processes than the main one every method does nothing."""
 
     def __init__(
-        self, run_dir: Path, main: bool, progress: str, world_size: int, accum_steps: int, resumed_step: int
+        self, run_dir: Path, main: bool, progress: str, world_size: int, accum_steps: int, resumed: RunState
     ) -> None:
-        """`progress`: auto, always or never; what a crash logged after `resumed_step` (0: a fresh run) is dropped."""
+        """`progress`: auto, always or never; what a crash logged after the `resumed` RunState is dropped."""
         self.main_process, self.world_size, self.accum_steps = main, world_size, accum_steps
         self.show_bar = main and (progress == "always" or (progress == "auto" and sys.stderr.isatty()))
         self.run_dir, self.metrics_file = run_dir, run_dir / "metrics.jsonl"
@@ -63,21 +63,23 @@ class RunLogger:
             return
         if self.metrics_file.is_file():  # a crashed attempt's, or a cut line
             text = self.metrics_file.read_text()
-            rows, kept = text.splitlines(), []
+            rows, kept, step = text.splitlines(), [], resumed.global_step
             for row in rows:
                 with contextlib.suppress(ValueError, KeyError, TypeError):  # a line that is not a whole row is dropped
-                    if json.loads(row)["step"] <= resumed_step:
+                    logged = json.loads(row)
+                    # An epoch's row (val) counts the epochs done: last.pt may hold its epoch trained, not validated.
+                    if logged["step"] <= step and (logged["split"] == "train" or logged["epoch"] <= resumed.epoch):
                         kept.append(row + "\n")
             if "".join(kept) != text:  # rows to drop, or a last row cut short just before its newline
                 write_atomic(self.metrics_file, lambda tmp: tmp.write_text("".join(kept)))
             if dropped := len(rows) - len(kept):
-                self.print(f"dropped {dropped} rows logged after step {resumed_step} from {self.metrics_file}")
+                self.print(f"dropped {dropped} rows logged after step {step} from {self.metrics_file}")
         self.thread_hook = threading.excepthook  # close() puts it back
         threading.excepthook = functools.partial(hide_event_writer_errors, self.thread_hook)  # before the thread starts
         try:
             with self._writing_events():
                 run_dir.mkdir(parents=True, exist_ok=True)
-                self.writer = SummaryWriter(str(run_dir), purge_step=resumed_step + 1)
+                self.writer = SummaryWriter(str(run_dir), purge_step=resumed.global_step + 1)
         except OutputError:
             threading.excepthook = self.thread_hook
             raise
