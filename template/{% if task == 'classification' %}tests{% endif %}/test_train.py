@@ -76,16 +76,16 @@ def finished(train_script, tmp_path_factory) -> tuple[Path, str]:
 
 
 def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_average(
-    finished, train_script, test_script, capsys
+    finished, train_script, test_script, monkeypatch, capsys
 ):
-    """TensorBoard gets each epoch's pictures of the saved average as test.py draws them, with its mistakes."""
+    """TensorBoard gets each epoch's pictures of the saved average as test.py draws them, with its mistakes. A resume
+    of the finished run, or one that the model's code refuses, writes nothing."""
     directory, out = finished
     assert '"batch_size": 16' in out  # the arguments are printed at start
     assert "efficiency" in out and "best val accuracy" in out and out.count("EMA val accuracy") == 3
     names = {p.name for p in directory.iterdir()}
     assert {"args.json", "environment.json", "metrics.jsonl", "last.pt", "best.pt"} <= names
     assert {name for name in names if name.startswith("epoch-")} == {"epoch-2.pt", "epoch-3.pt"}  # --keep-epochs 2
-    assert any(name.startswith("events.out.tfevents") for name in names)
     saved = json.loads((directory / "args.json").read_text())
     assert saved["batch_size"] == 16 and saved["num_workers"] == 0  # the built-in shapes are in memory
     assert all(0.0 <= r["compute_efficiency"] <= 1.0 for r in records(directory, "train"))
@@ -104,7 +104,7 @@ def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_av
         assert (report["weights"], report["samples"], set(report["per_class"])) == (weights, 40, set(state["classes"]))
         assert report["checkpoint"] == str(directory / "last.pt")  # its folder made
         assert report["accuracy"] == records(directory, split)[-1]["accuracy"]  # test.py evaluates what validation did
-    before = contents(directory)
+    before, build = contents(directory), train_script.task.build_model
     assert train_script.main(["--resume", str(directory)]) == 0  # the requeued job of a finished run
     assert "is finished (epoch 3 of --epochs 3); resume with a larger --epochs" in capsys.readouterr().out
     assert contents(directory) == before  # nothing written
@@ -129,20 +129,26 @@ def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_av
     with Image.open(directory.parent / "ema" / "report.mistakes.png") as mistakes:
         assert mistakes.size == (min(8, shown) * (tile_w + 4) + 4, -(-shown // 8) * (tile_h + 4) + 4)
 
+    def build_model(args, *rest):  # the model's code changed since the run: another dropout
+        return build(argparse.Namespace(**{**vars(args), "dropout": 0.5}), *rest)
 
-# Every random augmentation, a moving average and a step schedule (so that extending a run is exact too).
-EXACT = ["--hflip", "0.5", "--vflip", "0.5", "--random-resized-crop", "0.5", "1", "--auto-augment", "trivialaugment",
-         "--random-erasing", "0.5", "--mixup-alpha", "0.4", "--cutmix-alpha", "1", "--dropout", "0.2",
-         "--ema-decay", "0.9", "--scheduler", "step", "--step-epochs", "1", "--lr-gamma", "0.5", "--warmup-epochs", "0",
-         "--keep-epochs", "1"]  # fmt: skip
+    monkeypatch.setattr(train_script.task, "build_model", build_model)
+    assert train_script.main(["--resume", str(directory), "--epochs", "4"]) == 2
+    assert "different model config: dropout" in capsys.readouterr().err
+    assert contents(directory) == before  # not even an empty TensorBoard file
 
 
 @pytest.fixture(scope="module")
 def straight(train_script, tmp_path_factory) -> dict[str, Path]:
     """{"straight": a run of 2 epochs left alone, "first": its first epoch alone}: what resumed runs must equal."""
     out = tmp_path_factory.mktemp("exact")
+    # Every random augmentation, a moving average and a step schedule (so that extending a run is exact too).
+    exact = ["--hflip", "0.5", "--vflip", "0.5", "--random-resized-crop", "0.5", "1", "--auto-augment",
+             "trivialaugment", "--random-erasing", "0.5", "--mixup-alpha", "0.4", "--cutmix-alpha", "1",
+             "--dropout", "0.2", "--ema-decay", "0.9", "--scheduler", "step", "--step-epochs", "1",
+             "--lr-gamma", "0.5", "--warmup-epochs", "0", "--keep-epochs", "1"]  # fmt: skip
     for name, epochs in (("straight", "2"), ("first", "1")):
-        assert train_script.main([*TINY, *EXACT, "--epochs", epochs, "--output-dir", str(out), "--run-name", name]) == 0
+        assert train_script.main([*TINY, *exact, "--epochs", epochs, "--output-dir", str(out), "--run-name", name]) == 0
     return {"straight": out / "straight", "first": out / "first"}
 
 
@@ -242,25 +248,19 @@ def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
     assert (directory / "last.pt").read_bytes() == good
 
 
-def messy_image_folder(root: Path) -> list[Path]:
-    """root/{train,val}/{dark,light}/: 8 (train) and 4 (val) images; 3 unreadable files (every mode: test_images.py)."""
-    rng = np.random.default_rng(0)
-    for (split, count), (name, low) in itertools.product((("train", 8), ("val", 4)), (("dark", 0), ("light", 160))):
-        write_images(root / split / name, range(count), low)
-    bad = [root / "train/dark/garbage.jpg", root / "train/light/cut.png", root / "val/dark/cut.jpg"]
-    bad[0].write_bytes(rng.bytes(300))
-    for path in bad[1:]:  # PNG, JPEG
-        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(path)
-        path.write_bytes(path.read_bytes()[:600])  # cut off: a copy that did not finish
-    return bad
-
-
 def test_the_same_command_line_again_continues_the_run_and_unreadable_images_are_skipped(
     train_script, test_script, tmp_path, monkeypatch, capfd
 ):
     """A requeued job (slurm.sbatch's, say); unreadable files named once, counted and skipped, by test.py too."""
-    monkeypatch.chdir(tmp_path)
-    bad = messy_image_folder(Path("data"))  # relative paths, as the flag gives them
+    monkeypatch.chdir(tmp_path)  # relative paths, as the flag gives them
+    rng, data = np.random.default_rng(0), Path("data")  # {train,val}/{dark,light}/: 8 and 4 images, 3 unreadable ones
+    for (split, count), (name, low) in itertools.product((("train", 8), ("val", 4)), (("dark", 0), ("light", 160))):
+        write_images(data / split / name, range(count), low)
+    bad = [data / "train/dark/garbage.jpg", data / "train/light/cut.png", data / "val/dark/cut.jpg"]
+    bad[0].write_bytes(rng.bytes(300))  # every mode of an unreadable file: test_images.py
+    for path in bad[1:]:  # PNG, JPEG
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(path)
+        path.write_bytes(path.read_bytes()[:600])  # cut off: a copy that did not finish
     argv = ["--device", "cpu", "--data-dir", "./data", "--img-size", "16", "--widths", "8,16", "--batch-size", "6",
             "--random-resized-crop", "0.5", "1", "--auto-augment", "trivialaugment", "--optimizer", "sgd",
             "--lr", "1e-2", "--channels-last", "--epochs", "2", "--progress", "never",
@@ -288,35 +288,6 @@ def test_the_same_command_line_again_continues_the_run_and_unreadable_images_are
     assert "skipped 1 unreadable image files" in capfd.readouterr().out
 
 
-NO_SPACE = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-TORCH_SAYS = "[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0"  # torch.save's RuntimeError
-
-
-def fill_disk(monkeypatch, where: str) -> None:
-    """Make one kind of write fail as on a full disk, after it wrote part of its bytes."""
-    owner, name = {"checkpoint": (torch, "save"), "checkpoint copy": (shutil, "copyfile"),
-                   "metrics.jsonl": (Path, "open"), "TensorBoard": (SummaryWriter, "add_scalar"),
-                   "args.json": (Path, "write_text")}[where]  # fmt: skip
-    real = getattr(owner, name)
-
-    def write(*args, **kwargs):
-        if where == "checkpoint":
-            Path(args[1]).write_bytes(b"PK" * 50)
-            raise RuntimeError(f"{TORCH_SAYS}\nException ...")
-        if where == "checkpoint copy":  # epoch-2.pt to last.pt, a copy that a full disk cuts short
-            Path(args[1]).write_bytes(Path(args[0]).read_bytes()[:100])
-        elif where == "metrics.jsonl" and args[0].name == where and "a" in (*args[1:], kwargs.get("mode", "r"))[0]:
-            with real(args[0], "a") as file:
-                file.write('{"split": "tr')  # part of the line makes it out
-        elif where == "args.json" and args[0].name == "args.json.tmp":
-            real(args[0], args[1][:10])
-        elif where in ("metrics.jsonl", "args.json"):
-            return real(*args, **kwargs)  # not the write that fails
-        raise NO_SPACE
-
-    monkeypatch.setattr(owner, name, write)
-
-
 @pytest.mark.parametrize("where", ["checkpoint", "checkpoint copy", "metrics.jsonl", "TensorBoard", "args.json"])
 def test_a_full_disk_is_one_line_that_says_what_is_kept(
     straight, train_script, tiny_args, tmp_path, monkeypatch, capsys, where
@@ -329,12 +300,33 @@ def test_a_full_disk_is_one_line_that_says_what_is_kept(
         directory = shutil.copytree(straight["first"], tmp_path / "first")
         argv, kept = ["--resume", str(directory), "--epochs", "2"], (directory / "last.pt").read_bytes()
         hint = f"the last good checkpoint {directory / 'last.pt'} is intact; free some space and resume"
+    torch_says = "[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0"  # torch.save's RuntimeError
+    owner, name = {"checkpoint": (torch, "save"), "checkpoint copy": (shutil, "copyfile"),
+                   "metrics.jsonl": (Path, "open"), "TensorBoard": (SummaryWriter, "add_scalar"),
+                   "args.json": (Path, "write_text")}[where]  # fmt: skip
+    real = getattr(owner, name)
+
+    def write(*args, **kwargs):  # this kind of write fails as on a full disk, after it wrote part of its bytes
+        if where == "checkpoint":
+            Path(args[1]).write_bytes(b"PK" * 50)
+            raise RuntimeError(f"{torch_says}\nException ...")
+        if where == "checkpoint copy":  # epoch-2.pt to last.pt, a copy that a full disk cuts short
+            Path(args[1]).write_bytes(Path(args[0]).read_bytes()[:100])
+        elif where == "metrics.jsonl" and args[0].name == where and "a" in (*args[1:], kwargs.get("mode", "r"))[0]:
+            with real(args[0], "a") as file:
+                file.write('{"split": "tr')  # part of the line makes it out
+        elif where == "args.json" and args[0].name == "args.json.tmp":
+            real(args[0], args[1][:10])
+        elif where in ("metrics.jsonl", "args.json"):
+            return real(*args, **kwargs)  # not the write that fails
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
     with monkeypatch.context() as patch:
-        fill_disk(patch, where)
+        patch.setattr(owner, name, write)
         assert train_script.main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("train.py: error: cannot write ") and hint in err, err
-    said = "No space left on device" if where != "checkpoint" else f"{TORCH_SAYS}; is the disk full?"
+    said = "No space left on device" if where != "checkpoint" else f"{torch_says}; is the disk full?"
     assert f"({said}); " in err  # the error's first line
     assert not list(directory.glob("*.tmp"))
     if (directory / "metrics.jsonl").exists():
@@ -443,18 +435,6 @@ def test_bad_input_is_one_line_and_exit_2(finished, train_script, tiny_args, bad
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert contents(finished[0]) == before  # nothing overwritten
     assert not run_dir(tiny_args).exists()  # and no run directory left behind
-
-
-def test_a_resume_that_the_models_code_refuses_writes_nothing(finished, train_script, monkeypatch, capsys):
-    before, build = contents(finished[0]), train_script.task.build_model
-
-    def build_model(args, *rest):  # the model's code changed since the run: another dropout
-        return build(argparse.Namespace(**{**vars(args), "dropout": 0.5}), *rest)
-
-    monkeypatch.setattr(train_script.task, "build_model", build_model)
-    assert train_script.main(["--resume", str(finished[0]), "--epochs", "4"]) == 2
-    assert "different model config: dropout" in capsys.readouterr().err
-    assert contents(finished[0]) == before  # not even an empty TensorBoard file
 
 
 def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
