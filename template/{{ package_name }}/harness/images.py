@@ -30,14 +30,25 @@ def is_hidden(name: str) -> bool:
     return name.startswith(".") or name == "__MACOSX"
 
 
+def check_utf8(path: str) -> None:
+    """UsageError for a path that is not UTF-8 (Latin-1 from an old archive, say): runs save and print the names."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        raise UsageError(f"{path!r} is not a UTF-8 name; rename it (convmv -f latin1 -t utf8 does)") from None
+
+
 def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
     """Every image file under `folder`, any nesting, sorted; hidden names skipped, symlinked folders followed once.
+
+    UsageError for a name that is not UTF-8 (check_utf8), `folder`'s own included.
 
     A link to a folder that lies in or holds one of `others` (the other classes, listed on their own; `folder` may
     be among them) is not followed. One directory read per folder and no stat per file (ImageNet's million files),
     except for symbolic links.
     """
     avoid = None  # the others' real paths, found at the first symbolic link (most data has none)
+    check_utf8(str(folder))
     found, seen, pending = [], set(), [folder]
     while pending:
         top = pending.pop()
@@ -48,6 +59,7 @@ def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
             for entry in entries:
                 if is_hidden(entry.name):
                     continue
+                check_utf8(entry.path)
                 if entry.is_dir() and others and entry.is_symlink():  # a link to another class's images: skipped
                     if avoid is None:
                         own = os.path.realpath(folder)
@@ -114,17 +126,18 @@ class UnreadableImageError(UsageError):
 def read_image(path: str, channels: int = 3) -> torch.Tensor:
     """The image at `path` as uint8 (channels, H, W), RGB or gray, decoded whole now and turned as its EXIF says.
 
-    JPEGs are decoded by TorchCodec (twice as fast), as are 16-bit RGB(A) PNGs; anything else and a file it refuses
-    by PIL: 16-bit and float images are scaled to 8 bits, transparent pixels laid on white.
+    JPEGs are decoded by TorchCodec (twice as fast), as are 16-bit PNGs with colour or alpha; anything else and a file
+    it refuses by PIL: 16-bit and float images are scaled to 8 bits, transparent pixels laid on white.
     UnreadableImageError (path, reason) if PIL fails.
     """
-    wide = None  # a 16-bit RGB(A) PNG's values (H, W, C), of which PIL keeps the high bytes
+    wide, colours = None, 3  # a 16-bit PNG's values (H, W, C) of which PIL keeps the high bytes; C less alpha
     with contextlib.suppress(Exception), open(path, "rb") as file:  # PIL's message below says what is wrong
         data = file.read()
         if data.startswith(b"\xff\xd8\xff"):  # a JPEG's start-of-image marker
             return decode_jpeg(data, mode="GRAY" if channels == 1 else "RGB")  # turned as its EXIF says
-        if data.startswith(b"\x89PNG") and data[24:26] in (b"\x10\x02", b"\x10\x06"):  # bit depth 16, RGB or RGBA
+        if data.startswith(b"\x89PNG") and data[24:26] in (b"\x10\x02", b"\x10\x04", b"\x10\x06"):  # RGB, LA, RGBA
             wide = decode_png(data, mode="UNCHANGED", output_dtype=torch.uint16).permute(1, 2, 0).numpy()  # upright
+            colours = 1 if data[25] == 4 else 3
     try:
         if wide is None:
             with Image.open(path) as image:
@@ -137,7 +150,7 @@ def read_image(path: str, channels: int = 3) -> torch.Tensor:
     if mode.startswith("I") or mode == "F":  # PIL's own conversion would clip these at 255
         # Floats in [0, 1] x 255; integers / the top value of the least bit depth (8-16) that holds their maximum: a
         # 12-bit camera's 4095 becomes 255 (a very dark 16-bit image, brighter); anything else stretched from min..max.
-        values = np.asarray(upright if wide is None else wide[..., :3], dtype=np.float64)
+        values = np.asarray(upright if wide is None else wide[..., :colours], dtype=np.float64)
         low, high = float(values.min()), float(values.max())
         if not np.isfinite(low + high):  # a float image's NaN (no data) and infinities: its lowest and highest
             finite = values[np.isfinite(values)]  # a copy, made only here: 16-bit images never take this path
@@ -151,7 +164,7 @@ def read_image(path: str, channels: int = 3) -> torch.Tensor:
             scale = 255 / ((high - low) or 1)
         eight = ((values - low) * scale).round().astype(np.uint8)
         if wide is not None:  # and its alpha (if any) over all 16 bits, as PNG defines it: 65535 is opaque
-            eight = np.concatenate([eight, (wide[..., 3:] / 257).round().astype(np.uint8)], axis=-1)
+            eight = np.concatenate([eight, (wide[..., colours:] / 257).round().astype(np.uint8)], axis=-1)
         upright = Image.fromarray(eight)
     if upright.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in upright.info:
         rgba = upright.convert("RGBA")
