@@ -6,8 +6,11 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from torch.utils.data import Dataset
+
 from . import UsageError
 from .checkpoint import OutputError, epoch_checkpoints, load, reason, resolve
+from .images import fingerprint
 
 
 class RunFinished(Exception):  # noqa: N818 - not an error: the script says so and exits 0
@@ -167,11 +170,15 @@ def check_same_data(views: list[tuple[list[str], int, int]]) -> None:
             )
 
 
-def check_runs_data(classes: list[str], val_files: str | None, resumed: dict[str, Any]) -> None:
-    """UsageError unless a `resumed` run's data (moved, perhaps) is the data it was trained on.
+def check_runs_data(classes: list[str], val: Dataset, resumed: dict[str, Any] | None) -> str | None:
+    """The validation split's images.fingerprint, saved with the run; UsageError for a `resumed` run's other data.
 
-    Compared: the classes, in their order, and the validation files it scored (images.fingerprint, where both have one).
+    Its data (moved, perhaps) must have the classes it was trained on, in their order, and the validation files it
+    scored (compared where both have a fingerprint).
     """
+    val_files = fingerprint(val)
+    if resumed is None:
+        return val_files
     if classes != (saved := resumed.get("classes", classes)):
         only = sorted(set(classes) ^ set(saved))
         why = f"{only[0]!r} is in only one of them" if only else "the same names in another order"
@@ -179,6 +186,7 @@ def check_runs_data(classes: list[str], val_files: str | None, resumed: dict[str
     if None not in (val_files, resumed.get("val_files")) and val_files != resumed["val_files"]:
         why = "other names or sizes than those it scored: give its own data, or start a new run"
         raise UsageError(f"the data's validation images are not the run's: {why}")
+    return val_files
 
 
 def what_is_kept(run_dir: Path, then: str = "free some space and resume") -> str:
