@@ -41,14 +41,13 @@ def check_utf8(path: str) -> None:
 def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
     """Every image file under `folder`, any nesting, sorted; hidden names skipped, symlinked folders followed once.
 
-    UsageError for a name that is not UTF-8 (check_utf8), `folder`'s own included.
+    UsageError for an image whose path is not UTF-8 (check_utf8); other files are not read.
 
     A link to a folder that lies in or holds one of `others` (the other classes, listed on their own; `folder` may
     be among them) is not followed. One directory read per folder and no stat per file (ImageNet's million files),
     except for symbolic links.
     """
     avoid = None  # the others' real paths, found at the first symbolic link (most data has none)
-    check_utf8(str(folder))
     found, seen, pending = [], set(), [folder]
     while pending:
         top = pending.pop()
@@ -59,7 +58,6 @@ def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
             for entry in entries:
                 if is_hidden(entry.name):
                     continue
-                check_utf8(entry.path)
                 if entry.is_dir() and others and entry.is_symlink():  # a link to another class's images: skipped
                     if avoid is None:
                         own = os.path.realpath(folder)
@@ -70,6 +68,7 @@ def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
                 if entry.is_dir():
                     pending.append(Path(entry.path))
                 elif entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_EXTENSIONS:  # no dangling link
+                    check_utf8(entry.path)
                     found.append(Path(entry.path))
     return sorted(found, key=str)
 
