@@ -216,6 +216,13 @@ BAD = [
         def on_gpu(x):
             return torch.ones(2, device="cuda:0") + x.to("cuda")  # <-
     """)),
+    ("no-cuda-call", "<pkg>/ops.py", code("""
+        import torch
+
+
+        def device(rank):
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu"), f"cuda:{rank}"  # <-
+    """)),
     ("torch-load-weights-only", "<pkg>/harness/checkpoint.py", code("""
         import torch
 
@@ -339,6 +346,7 @@ NEAR_MISSES = {
         from <pkg>.<model> import Model
 
         DEFAULTS = {"lr": 1e-3}
+        ACTS_ONLY_WITH = {"warmup": ("--scheduler cosine", lambda args: args.scheduler.startswith("cos"))}  # at a call
         RUN_NAME = re.compile(r"[a-z0-9-]+")
         CHOICES = tuple(sorted(["b", "a"]))
         try:
@@ -395,6 +403,19 @@ def test_rule_catches_a_violation(tmp_path, rule, path, snippet):
 
 def test_rules_leave_near_misses_alone(tmp_path):
     assert check(make_project(tmp_path, NEAR_MISSES)) == []
+
+
+def test_rules_read_what_python_reads_and_a_model_part_made_a_package(tmp_path):
+    """A byte-order mark is Python, an editor's lock file (a dangling link) is not; a part split into files imports
+    its own; a long statement is shown cut, not as "..." alone."""
+    (tmp_path / PACKAGE).mkdir()
+    (tmp_path / PACKAGE / ".#layers.py").symlink_to("user@host.1234:1701")  # as Emacs makes them
+    split = {"<pkg>/layers.py": None, "<pkg>/layers/__init__.py": "from .conv import Block\n", "<pkg>/ops.py": "\ufeff"}
+    assert check(make_project(tmp_path, {**split, "<pkg>/layers/conv.py": "Block = None\n"})) == []
+    flag = "import torch\n\ntorch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False\n"
+    shown = "torch.backends.cuda.matmul.allow_fp16_reduced_precision_r..."  # 57 characters and ...
+    expected = f"no-import-time-work: train.py:3: runs at import: {shown}; move it into main()"
+    assert check(make_project(tmp_path, {"train.py": flag + MAIN})) == [expected]
 
 
 def test_every_rule_has_a_bad_snippet():

@@ -5,7 +5,6 @@ numbers (A.7, B.T3, ...) refer to the style guide checklist the template was bui
 """
 
 import ast
-import textwrap
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -45,7 +44,8 @@ def key(node: ast.AST) -> str:
 
 
 def short(node: ast.AST) -> str:
-    return textwrap.shorten(ast.unparse(node), 60, placeholder="...")
+    text = " ".join(ast.unparse(node).split())  # not textwrap.shorten: it drops a first word of over 60 characters
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 class Source:
@@ -56,7 +56,7 @@ class Source:
         parts = self.path.removesuffix(".py").removesuffix("/__init__").split("/")
         self.module = ".".join(parts[1:]) if "/" in self.path else SCRIPTS
         self.top = self.module and self.module.split(".")[0]  # "harness" for harness.runs
-        self.tree = ast.parse(path.read_text(encoding="utf-8"), filename=self.path)
+        self.tree = ast.parse(path.read_bytes(), filename=self.path)  # bytes: a byte-order mark, a coding line
         self.names = {}  # local name -> what it was imported as: {"np": "numpy", "F": "torch.nn.functional"}
         self.imported = []  # (dotted name, line) of each import, relative ones made absolute
         here = self.path.split("/")[:-1]  # the file's own package: `from . import x` is here.x
@@ -83,6 +83,8 @@ class Project:
     def __init__(self, root: Path, package: str, model_module: str) -> None:
         self.package, self.model_module = package, model_module
         paths = sorted((root / package).rglob("*.py")) + sorted(root.glob("*.py"))
+        # Not an editor's lock file (.#layers.py, a dangling link) nor what lies in a hidden folder.
+        paths = [p for p in paths if p.is_file() and not any(s.startswith(".") for s in p.relative_to(root).parts)]
         self.sources = [Source(root, path) for path in paths]
         self.modules = {s.module for s in self.sources} - {SCRIPTS}
         self.module_classes: set[str] = set()  # the project's nn.Module subclasses: "pkg.layers.Block", "train.Net"
@@ -189,7 +191,8 @@ def is_main_guard(stmt: ast.stmt) -> bool:
 
 def runs_at_import(stmt: ast.stmt, src: Source) -> bool:
     """Whether a top-level statement does work: a call beyond INERT_CALLS, or a store into an attribute or item."""
-    bodies = {id(n) for d in nodes(stmt, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) for n in ast.walk(d)}
+    defined = nodes(stmt, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)  # run when called
+    bodies = {id(n) for d in defined for n in ast.walk(d)}
     return not is_main_guard(stmt) and any(
         (isinstance(n, ast.Call) and src.resolve(n.func) not in INERT_CALLS)
         or (isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, ast.Store))
@@ -219,7 +222,7 @@ class Rules(Project):
         order = {**MAY_IMPORT, self.model_module: MODEL_PARTS}
         for src, module, line in self.imports(*order):
             top, allowed = module.split(".")[0], order[src.top]
-            if top and top not in allowed:
+            if top and top != src.top and top not in allowed:  # a model part split into files imports its own
                 yield src.path, line, f"{src.module} imports {top}; it may import {', '.join(allowed) or 'none of it'}"
         scripts = {Path(s.path).stem for s in self.files(SCRIPTS)}
         for src in self.files():
@@ -318,7 +321,8 @@ class Rules(Project):
         for src, call in self.walk(ast.Call):
             to_device = getattr(call.func, "attr", "") == "to" or src.resolve(call.func) == "torch.device"
             given = [*(call.args if to_device else []), *(k.value for k in call.keywords if k.arg == "device")]
-            if src.top != HARNESS and any(isinstance(a, ast.Constant) and str(a.value)[:4] == "cuda" for a in given):
+            named = [n.value for a in given for n in ast.walk(a) if isinstance(n, ast.Constant)]  # f"cuda:{rank}" too
+            if src.top != HARNESS and any(str(value)[:4] == "cuda" for value in named):
                 yield src.path, call.lineno, f"{short(call)} names the GPU; pass the device the harness chose"
 
     def torch_load_weights_only(self) -> Found:
