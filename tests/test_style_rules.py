@@ -247,6 +247,7 @@ BAD = [
     ("no-import-time-work", "train.py", "import torch\n\ntorch.manual_seed(1)  # <-\n" + MAIN),
     ("no-import-time-work", "train.py", "import torch\n\ntorch.backends.cudnn.benchmark = True  # <-\n" + MAIN),
     ("no-import-time-work", "test.py", "import json\n\nCONFIG = json.load(open('c.json'))  # <-\n" + MAIN),
+    ("no-import-time-work", "test.py", "from pathlib import Path\n\nPath('runs').resolve().mkdir()  # <-\n" + MAIN),
     ("main-guard", "train.py", "def main() -> int:  # <-\n    return 0\n"),
 ]  # fmt: skip
 
@@ -338,7 +339,10 @@ NEAR_MISSES = {
     "train.py": code("""
         "Train a model."
 
+        import argparse
+        import os
         import re
+        from pathlib import Path
 
         import torch
 
@@ -346,6 +350,8 @@ NEAR_MISSES = {
         from <pkg>.<model> import Model
 
         DEFAULTS = {"lr": 1e-3}
+        ROOT = Path(__file__).resolve().parent
+        DATA = os.environ.get("DATA_DIR", "data")
         ACTS_ONLY_WITH = {"warmup": ("--scheduler cosine", lambda args: args.scheduler.startswith("cos"))}  # at a call
         RUN_NAME = re.compile(r"[a-z0-9-]+")
         CHOICES = tuple(sorted(["b", "a"]))
@@ -357,7 +363,8 @@ NEAR_MISSES = {
 
         def main() -> int:
             torch.manual_seed(0)
-            return 0
+            args = argparse.Namespace(data="photos")  # a flag named --data, as pytorch/examples' ImageNet has
+            return len(args.data)
 
 
         if __name__ == "__main__":

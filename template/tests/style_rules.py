@@ -18,6 +18,8 @@ MAY_IMPORT = {"ops": (), "layers": ("ops",), "networks": ("layers", "ops"), "los
 # Calls that only build a constant, allowed at the top level of a script.
 INERT_CALLS = {"frozenset", "set", "tuple", "list", "dict", "range", "sorted", "pathlib.Path", "logging.getLogger"}
 INERT_CALLS |= {"re.compile", "collections.namedtuple", "typing.TypeVar", "os.path.dirname", "os.path.abspath"}
+INERT_CALLS |= {"os.environ.get", "os.getenv"}
+PURE_METHODS = {"resolve", "absolute", "expanduser", "joinpath", "with_name", "with_suffix"}  # Path(__file__).resolve()
 # Expressions that build a plain container: modules in them are not registered on the module that keeps them.
 CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp, ast.BinOp, ast.Starred)
 SCRIPTS = None  # the module of a top-level script: p.files(SCRIPTS) are train.py, test.py, ...
@@ -189,12 +191,21 @@ def is_main_guard(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.If) and ast.unparse(stmt.test) in ("__name__ == '__main__'", "'__main__' == __name__")
 
 
+def inert(call: ast.Call, src: Source) -> bool:
+    """Whether a call only builds a constant: one of INERT_CALLS, or one of PURE_METHODS on what such a call built."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and func.attr in PURE_METHODS:
+        return inert(func.value, src)
+    return src.resolve(func) in INERT_CALLS
+
+
 def runs_at_import(stmt: ast.stmt, src: Source) -> bool:
-    """Whether a top-level statement does work: a call beyond INERT_CALLS, or a store into an attribute or item."""
+    """Whether a top-level statement does work: a call beyond INERT_CALLS (and PURE_METHODS of what one built), or
+    a store into an attribute or item."""
     defined = nodes(stmt, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)  # run when called
     bodies = {id(n) for d in defined for n in ast.walk(d)}
     return not is_main_guard(stmt) and any(
-        (isinstance(n, ast.Call) and src.resolve(n.func) not in INERT_CALLS)
+        (isinstance(n, ast.Call) and not inert(n, src))
         or (isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, ast.Store))
         for n in ast.walk(stmt)
         if id(n) not in bodies
@@ -304,13 +315,14 @@ class Rules(Project):
                 yield src.path, node.lineno, f"{short(node)}: Variable is a plain tensor since PyTorch 0.4"
 
     def no_dot_data(self) -> Found:
-        """A.43: no tensor `.data` (self.data is the object's own): use .detach(), .item() or torch.no_grad()."""
+        """A.43: no tensor `.data` (self.data is the object's own, args.data a flag): use .detach() or no_grad()."""
         for src, node in self.walk(ast.Attribute):
             root = node.value
             while isinstance(root, ast.Attribute):
                 root = root.value
             imported = isinstance(root, ast.Name) and root.id in src.names  # torch.utils.data is a module
-            if node.attr == "data" and key(node) != "self.data" and not imported:
+            flags = isinstance(node.value, ast.Name) and node.value.id in ("args", "opts", "cfg", "config", "hparams")
+            if node.attr == "data" and key(node) != "self.data" and not imported and not flags:
                 yield src.path, node.lineno, f"{short(node)}; use .detach() or torch.no_grad()"
 
     def no_cuda_call(self) -> Found:
