@@ -279,9 +279,10 @@ class Rules(Project):
                     yield src.path, node.lineno, f"{cls.name}.forward uses NumPy ({short(node)}); stay in torch"
 
     def losses_are_modules(self) -> Found:
-        """A.11, A.17: every class in losses.py is an nn.Module."""
+        """A.11, A.17: every loss in losses.py (a class that computes: forward or __call__) is an nn.Module."""
         for src, cls in self.walk(ast.ClassDef, tops=["losses"]):
-            if not self.defines_module(src, cls):
+            computes = methods(cls, "forward") or methods(cls, "__call__")  # not a dataclass of weights, say
+            if computes and not self.defines_module(src, cls):
                 yield src.path, cls.lineno, f"class {cls.name} is not an nn.Module subclass"
 
     def ops_are_functions(self) -> Found:
