@@ -30,10 +30,10 @@ def is_hidden(name: str) -> bool:
     return name.startswith(".") or name == "__MACOSX"
 
 
-def check_utf8(path: str) -> None:
-    """UsageError for a path that is not UTF-8 (Latin-1 from an old archive, say): runs save and print the names."""
+def check_utf8(path: str, start: int = 0) -> None:
+    """UsageError for a path not UTF-8 from `start` on (Latin-1 from an old archive, say): runs save and print names."""
     try:
-        path.encode()
+        path[start:].encode()
     except UnicodeEncodeError:
         raise UsageError(f"{path!r} is not a UTF-8 name; rename it (convmv -f latin1 -t utf8 does)") from None
 
@@ -41,7 +41,8 @@ def check_utf8(path: str) -> None:
 def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
     """Every image file under `folder`, any nesting, sorted; hidden names skipped, symlinked folders followed once.
 
-    UsageError for an image whose path is not UTF-8 (check_utf8); other files are not read.
+    UsageError for an image whose path below `folder` is not UTF-8 (check_utf8): other files are not read, and
+    where the data lies is not saved.
 
     A link to a folder that lies in or holds one of `others` (the other classes, listed on their own; `folder` may
     be among them) is not followed. One directory read per folder and no stat per file (ImageNet's million files),
@@ -68,7 +69,7 @@ def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
                 if entry.is_dir():
                     pending.append(Path(entry.path))
                 elif entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_EXTENSIONS:  # no dangling link
-                    check_utf8(entry.path)
+                    check_utf8(entry.path, start=len(str(folder)))
                     found.append(Path(entry.path))
     return sorted(found, key=str)
 
@@ -219,5 +220,12 @@ def fingerprint(dataset: object) -> str | None:
     """
     if not isinstance(dataset, SkipsUnreadable):
         return None
-    names = sorted((Path(os.path.relpath(path, dataset.root)).as_posix(), path) for path in dataset.files)
-    return hashlib.sha256("".join(f"{name}\0{os.path.getsize(path)}\0" for name, path in names).encode()).hexdigest()
+    base = os.path.commonpath([os.path.dirname(path) for path in dataset.files]) if dataset.files else ""
+    digest = hashlib.sha256()  # names below the folder that holds them all: a CSV's ../ or absolute paths too
+    for name, path in sorted((Path(os.path.relpath(path, base)).as_posix(), path) for path in dataset.files):
+        try:
+            size = os.path.getsize(path)
+        except OSError:  # gone, or in a folder that may not be searched: skipped as unreadable when read
+            size = -1
+        digest.update(f"{name}\0{size}\0".encode())
+    return digest.hexdigest()
