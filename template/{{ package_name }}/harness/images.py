@@ -214,7 +214,7 @@ class SkipsUnreadable:
 
 
 def fingerprint(dataset: object) -> str | None:
-    """A digest of a SkipsUnreadable dataset's file names below its root and their sizes, alike for a copy elsewhere.
+    """A digest of a SkipsUnreadable dataset's file names and sizes: alike for a copy elsewhere (see below).
 
     None for other datasets (the built-in shapes, torchvision's): their flags say what they hold.
     """
