@@ -49,6 +49,7 @@ def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
     except for symbolic links.
     """
     avoid = None  # the others' real paths, found at the first symbolic link (most data has none)
+    below = len(str(folder))  # where an image's path below `folder` starts: what must be UTF-8
     found, seen, pending = [], set(), [folder]
     while pending:
         top = pending.pop()
@@ -69,7 +70,7 @@ def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
                 if entry.is_dir():
                     pending.append(Path(entry.path))
                 elif entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_EXTENSIONS:  # no dangling link
-                    check_utf8(entry.path, start=len(str(folder)))
+                    check_utf8(entry.path, start=below)
                     found.append(Path(entry.path))
     return sorted(found, key=str)
 

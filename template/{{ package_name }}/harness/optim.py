@@ -46,6 +46,11 @@ OPTIMIZERS = ("adamw", "sgd", "sgd_nesterov")
 WEIGHT_DECAY = {"adamw": 0.05, "sgd": 1e-4, "sgd_nesterov": 1e-4}  # torchvision's: decoupled decay and L2 differ
 
 
+def default_warmup(name: str) -> float:
+    """--warmup-epochs' default for scheduler `name`: half an epoch, none with plateau (which has no warm-up)."""
+    return 0.0 if name == "plateau" else 0.5
+
+
 def plateau_patience(early_stop: int | None) -> int:
     """--plateau-patience's default: 5, or two less than an early-stop --patience, so that the rate drops before."""
     return 5 if early_stop is None else max(0, min(5, early_stop - 2))
@@ -77,7 +82,7 @@ def build_scheduler(
         patience = plateau_patience(early_stop) if patience is None else patience
         return ReduceLROnPlateau(optimizer, mode=mode, factor=gamma, patience=patience)
     total = epochs * steps_per_epoch
-    warmup = round((0.5 if warmup_epochs is None else warmup_epochs) * steps_per_epoch)
+    warmup = round((default_warmup(name) if warmup_epochs is None else warmup_epochs) * steps_per_epoch)
     if warmup > total:
         raise UsageError(f"--warmup-epochs {warmup_epochs} is longer than the run's {epochs}: --lr is never reached")
 
