@@ -5,6 +5,7 @@ nothing in the generated code or its tests depends on the defaults. Run: pytest 
 """
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def assert_notebook_as_jupyter_saves_it(project: Path) -> None:
     assert text == nbformat.writes(notebook) + "\n"
 
 
-def test_layout(project):
+def test_layout(project, tmp_path):
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
     package = project / answers["package_name"]
     for name in ("layers", "networks", "losses", "ops", answers["model_module"], "data"):
@@ -79,6 +80,11 @@ def test_layout(project):
         p.stem for p in (project / "tests" / "harness").glob("*.py")
     }
     assert (project / "slurm.sbatch").exists() == (multi_gpu == "ddp")
+    (tmp_path / ".gitignore").write_text((project / ".gitignore").read_text())  # what git leaves out, and keeps:
+    run(["git", "init", "-q"], cwd=tmp_path)
+    paths = ["runs/r/last.pt", "notebooks/runs/x", "data/cifar10/x.bin", "tests/data/cat.png", "pkg/data/__init__.py"]
+    ignored = subprocess.run(["git", "check-ignore", *paths], cwd=tmp_path, capture_output=True, text=True).stdout
+    assert ignored.split() == paths[:3]  # a test's images and a data/ package are code
     assert_notebook_as_jupyter_saves_it(project)
     assert ("nn.DataParallel(" in distributed) == (multi_gpu == "dataparallel")
     if multi_gpu == "none":
@@ -102,8 +108,16 @@ def test_ruff_with_long_names(tmp_path, multi_gpu, task):
 
 
 def test_project_pytest(project):
-    result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project)
+    pytest_q = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    result = run(pytest_q, cwd=project)
     assert " passed" in result.stdout and " failed" not in result.stdout
+    notebook = project / "notebooks" / "explore.ipynb"
+    notebook.rename(project / "explore.ipynb")  # deleted by its user: its tests are skipped, not failed
+    try:
+        result = run([*pytest_q, "tests/test_notebook.py"], cwd=project)
+    finally:
+        (project / "explore.ipynb").rename(notebook)
+    assert "2 skipped" in result.stdout
 
 
 # The restoration task's project, checked like the rest, for each multi_gpu choice.

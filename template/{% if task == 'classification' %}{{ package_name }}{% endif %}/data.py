@@ -113,14 +113,15 @@ def build_datasets(
         sizes = {"train": (train_size, prep.crop_size, 2 * seed), "val": (val_size, prep.crop_size, 2 * seed + 1)}
         made = {s: SyntheticShapes(*sizes[s], transform=transforms[s]) for s in splits}
         return DataSplits(made.get("train"), made.get("val"), list(SHAPES), 3)
+    test_set = val_fraction == 1  # test.py's other data (train.py holds out less than all)
     if name == "csv":
-        root, rows = read_labels(labels, data_dir, columns)
+        root, rows = read_labels(labels, data_dir, columns, test_set)
     elif data_dir is None:
         raise UsageError(f"--dataset {name} needs --data-dir")
     elif name == "imagefolder" and split_folders(data_dir):  # its own split
-        root, rows = data_dir, [row for split in splits for row in class_folders(data_dir, split)]
+        root, rows = data_dir, [row for split in splits for row in class_folders(data_dir, split, test_set)]
     elif name == "imagefolder":
-        root, rows = data_dir, class_folders(data_dir)
+        root, rows = data_dir, class_folders(data_dir, test_set=test_set)
     else:
         made = {split: _torchvision_dataset(name, data_dir, split, transforms[split], download) for split in splits}
         return DataSplits(made.get("train"), made.get("val"), list(made[splits[0]].classes), prep.channels or channels)
@@ -179,28 +180,34 @@ def split_folders(data_dir: Path) -> bool:
     return False
 
 
-def class_folders(root: Path, split: str | None = None) -> list[tuple[str, str, str | None]]:
-    """ROOT[/split]/<class>/**/<image> as (path relative to root, class, split) rows; UsageError if there is none."""
+def class_folders(root: Path, split: str | None = None, test_set: bool = False) -> list[tuple[str, str, str | None]]:
+    """ROOT[/split]/<class>/**/<image> as (path relative to root, class, split) rows; UsageError if there is none.
+
+    A class folder without images is refused too, unless in a `test_set` that has other images (it may lack a class).
+    """
     folder = root / split if split else root
     if not folder.is_dir():
         what = "is a file, not a folder" if folder.exists() else "does not exist"
         raise UsageError(f"image folder {folder} {what} (expected DIR/<class>/, or DIR/train/ and DIR/val/)")
-    classes = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir() and not is_hidden(entry.name))
-    if not classes:  # hidden folders (.ipynb_checkpoints, __MACOSX) are no classes
+    found = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir() and not is_hidden(entry.name))
+    if not found:  # hidden folders (.ipynb_checkpoints, __MACOSX) are no classes
         raise UsageError(f"image folder {folder} has no images: no class folder in it")
-    every = [folder / name for name in classes]  # a folder linked in from another class (or above it) is that class's
+    every = [folder / name for name in found]  # a folder linked in from another class (or above it) is that class's
     rows = [(path.relative_to(root).as_posix(), cls.name, split) for cls in every for path in list_images(cls, every)]
-    if empty := [name for name in classes if name not in {label for _, label, _ in rows}]:
+    if (empty := [name for name in found if name not in {label for _, label, _ in rows}]) and not (test_set and rows):
         extensions = " ".join(IMAGE_EXTENSIONS)
         raise UsageError(f"image folder {folder} has a class folder without images: {empty[0]} (none of {extensions})")
     return rows
 
 
-def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str]) -> tuple[Path, list[tuple]]:
+def read_labels(
+    csv_file: Path, data_dir: Path | None, columns: tuple[str, str], test_set: bool = False
+) -> tuple[Path, list[tuple]]:
     """The folder the images are in (`data_dir`, else the CSV's), and (image, label, split or None) rows.
 
-    A header names the `columns` (image, label) and maybe "split" (train or val). UsageError naming the
+    A header names the `columns` (image, label) and maybe "split" (train, val or test). UsageError naming the
     file and line for a missing column, an empty cell, an image that is not there or listed twice, or another split.
+    Test rows are left out (as DIR/test/ is), but for a `test_set` (test.py's) that has some: then they alone, as val.
     """
     root = data_dir if data_dir is not None else csv_file.parent
     rows, first_line = [], {}
@@ -222,8 +229,8 @@ def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str])
                     raise UsageError(f"{where}: {image} is listed again (first on line {first_line[image]})")
                 if not (root / image).is_file():
                     raise UsageError(f"{where}: no image file {root / image}")
-                if "split" in header and split not in ("train", "val"):
-                    raise UsageError(f"{where}: split {split!r} is neither train nor val")
+                if "split" in header and split not in ("train", "val", "test"):
+                    raise UsageError(f"{where}: split {split!r} is not train, val or test")
                 first_line[image] = reader.line_num
                 rows.append((image, label, split or None))
     except OSError as err:
@@ -232,7 +239,9 @@ def read_labels(csv_file: Path, data_dir: Path | None, columns: tuple[str, str])
         raise UsageError(f"{csv_file} is not a UTF-8 CSV file: {err}") from None
     if not rows:
         raise UsageError(f"{csv_file} lists no images")
-    return root, rows
+    if test_set and any(split == "test" for *_, split in rows):
+        return root, [(image, label, "val") for image, label, split in rows if split == "test"]
+    return root, [row for row in rows if row[2] != "test"]
 
 
 def assign_splits(
