@@ -237,6 +237,13 @@ BAD = [
         def load(path):
             return torch.load(path, weights_only=False)  # <-
     """) + MAIN),
+    ("torch-load-weights-only", "<pkg>/pretrained.py", code("""
+        from torch.hub import load_state_dict_from_url
+
+
+        def fetch(url):
+            return load_state_dict_from_url(url, map_location="cpu")  # <-
+    """)),
     ("loaders-live-in-data", "train.py", code("""
         from torch.utils.data import DataLoader
 

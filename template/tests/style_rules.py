@@ -339,10 +339,12 @@ class Rules(Project):
                 yield src.path, call.lineno, f"{short(call)} names the GPU; pass the device the harness chose"
 
     def torch_load_weights_only(self) -> Found:
-        """D.4: torch.load always with weights_only=True: unpickling arbitrary objects can run code."""
+        """D.4: torch.load always with weights_only=True: unpickling arbitrary objects can run code. So is torch.hub's
+        loader of a URL's state dict, whose default is False."""
+        loads = {"torch.load", "torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url"}
         for src, call in self.walk(ast.Call):
             flag = next((k.value for k in call.keywords if k.arg == "weights_only"), None)
-            if src.resolve(call.func) == "torch.load" and not (isinstance(flag, ast.Constant) and flag.value is True):
+            if src.resolve(call.func) in loads and not (isinstance(flag, ast.Constant) and flag.value is True):
                 yield src.path, call.lineno, f"{short(call)}; pass weights_only=True"
 
     def loaders_live_in_data(self) -> Found:

@@ -10,7 +10,7 @@ from torch.utils.data import Dataset
 
 from . import UsageError
 from .checkpoint import OutputError, epoch_checkpoints, load, reason, resolve
-from .images import fingerprint
+from .images import check_utf8, fingerprint
 
 
 class RunFinished(Exception):  # noqa: N818 - not an error: the script says so and exits 0
@@ -79,6 +79,7 @@ def open_run(
 ) -> tuple[Path, Path | None, dict[str, Any] | None]:
     """find_run(), and the checkpoint's contents (None for a fresh run), which `world_size` processes resume."""
     run_dir, path = find_run(output_dir, run_name, resume, auto_resume, explicit)
+    check_utf8(str(run_dir))  # args.json and TensorBoard's files name it
     if path is None:
         return run_dir, None, None
     try:
