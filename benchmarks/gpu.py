@@ -129,7 +129,8 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
     x, y = batches[0][0][:flop_images].to(device), batches[0][1][:flop_images].to(device)
     flops = train_flops_per_image(model, x.contiguous(memory_format=torch.channels_last), y, autocast)
 
-    wrapped = train.distributed.wrap(model, device, compile=args.compile)  # as train.py's setup() does
+    train.distributed.refuse_flags(args, device)  # as train.py's setup() does
+    wrapped = train.distributed.wrap(model, device, compile=args.compile)
     state = train.checkpoint.RunState()
     logger = train.RunLogger(workdir / "runs" / name, True, args.progress, 1, args.accum_steps, state)  # 1 process
     session = train.Session(
