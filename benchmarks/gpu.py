@@ -143,7 +143,7 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
         val_loader=None,  # train_one_epoch reads none of these six
         classes=[],
         held_out=[],
-        val_files=None,
+        data_digests={},
         prep=None,
         preview=None,
         ema=None,

@@ -70,7 +70,7 @@ def training_state(
         "model_config": model.config.to_dict(),
         "classes": session.classes,
         "held_out": session.held_out,
-        "val_files": session.val_files,
+        **session.data_digests,  # "val_files" and "train_sample" (runs.check_runs_data)
         "preprocessing": session.prep.to_dict(),
         "ema": ema.module.state_dict() if ema is not None and ema.n_averaged > 0 else None,  # none before an update
         "ema_updates": ema.n_averaged.item() if ema is not None else 0,

@@ -76,12 +76,18 @@ def list_images(folder: Path, others: Collection[Path] = ()) -> list[Path]:
 
 
 def is_runs_data(
-    scored: list[str], root: Path, held_out: list[str], original: Path | None, trained: Collection[str] | None = None
+    scored: list[str],
+    root: Path,
+    held_out: list[str],
+    original: Path | None,
+    trained: Collection[str] | None = None,
+    sample: dict[str, str] | None = None,
 ) -> bool:
     """Whether the images `scored` (paths under `root`) are the data of a run that held out `held_out` of `original`.
 
     They are if they include images it trained on (`trained`, by default the files `original` holds that it did not
-    hold out; the first 16 found there compared byte for byte) or, that folder gone, every held-out path.
+    hold out; the first 16 found there compared byte for byte) or, that folder gone, those of its `sample`
+    (sample_digests) found under their names with its digests; a run saved without one: every held-out path.
 
     UsageError if so and a held-out image is not among them, or they are the run's files under other names (`root`
     lies in `original` or holds it, or lists its files by other paths: a CSV for a folder, or the reverse): scored
@@ -107,12 +113,33 @@ def is_runs_data(
             where = "lies in" if here.is_relative_to(base) else "holds" if base.is_relative_to(here) else "lists"
             why = "scored whole, it would score the images the run trained on; give the run's data itself or a test set"
             raise UsageError(f"{root} {where} the run's data {original}: {why}")
-    else:  # the run's folder gone (moved): judged by the names alone
-        runs = held <= set(scored)
+    else:  # the run's folder gone (moved): judged by the training images it sampled, else by the names alone
+        known = [name for name in sample or {} if name in set(scored)]
+        runs = any(file_digest(root / name) == sample[name] for name in known) if known else held <= set(scored)
     if runs and (gone := sorted(held - set(scored))):
         why = "which it held out: scored whole, it would score the images the run trained on"
         raise UsageError(f"{root} is the run's data without {gone[0]}, {why}")
     return runs
+
+
+def sample_digests(dataset: object, count: int = 16) -> dict[str, str]:
+    """{name below its folder: file_digest} of `count` files spread over a SkipsUnreadable dataset ({} for others).
+
+    A run saves those of its training images: test.py tells its data, moved, from a test set named alike.
+    """
+    files = dataset.files if isinstance(dataset, SkipsUnreadable) else []
+    picked = sorted({files[i * len(files) // count] for i in range(count)} if files else set())
+    digests = {Path(os.path.relpath(path, dataset.root)).as_posix(): file_digest(path) for path in picked}
+    return {name: digest for name, digest in digests.items() if digest is not None}
+
+
+def file_digest(path: str | Path) -> str | None:
+    """SHA-256 of a file's size and first MiB: the same image whatever its name; None if it cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            return hashlib.sha256(f"{os.fstat(file.fileno()).st_size}\0".encode() + file.read(2**20)).hexdigest()
+    except OSError:
+        return None
 
 
 class UnreadableImageError(UsageError):

@@ -10,7 +10,7 @@ from torch.utils.data import Dataset
 
 from . import UsageError
 from .checkpoint import OutputError, epoch_checkpoints, load, reason, resolve
-from .images import check_utf8, fingerprint
+from .images import check_utf8, fingerprint, sample_digests
 
 
 class RunFinished(Exception):  # noqa: N818 - not an error: the script says so and exits 0
@@ -171,15 +171,17 @@ def check_same_data(views: list[tuple[list[str], int, int]]) -> None:
             )
 
 
-def check_runs_data(classes: list[str], val: Dataset, resumed: dict[str, Any] | None) -> str | None:
-    """The validation split's images.fingerprint, saved with the run; UsageError for a `resumed` run's other data.
+def check_runs_data(classes: list[str], train: Dataset, val: Dataset, resumed: dict[str, Any] | None) -> dict[str, Any]:
+    """What the run saves of its data; UsageError for a `resumed` run's other data.
 
-    Its data (moved, perhaps) must have the classes it was trained on, in their order, and the validation files it
-    scored (compared where both have a fingerprint).
+    That is "val_files", the validation split's images.fingerprint, and "train_sample", images.sample_digests of
+    its training split (for test.py). The data of a resumed run (moved, perhaps) must have the classes it was
+    trained on, in their order, and the validation files it scored (compared where both have a fingerprint).
     """
     val_files = fingerprint(val)
+    digests = {"val_files": val_files, "train_sample": sample_digests(train)}
     if resumed is None:
-        return val_files
+        return digests
     if classes != (saved := resumed.get("classes", classes)):
         only = sorted(set(classes) ^ set(saved))
         why = f"{only[0]!r} is in only one of them" if only else "the same names in another order"
@@ -187,7 +189,7 @@ def check_runs_data(classes: list[str], val: Dataset, resumed: dict[str, Any] | 
     if None not in (val_files, resumed.get("val_files")) and val_files != resumed["val_files"]:
         why = "other names or sizes than those it scored: give its own data, or start a new run"
         raise UsageError(f"the data's validation images are not the run's: {why}")
-    return val_files
+    return digests
 
 
 def what_is_kept(run_dir: Path, then: str = "free some space and resume") -> str:
