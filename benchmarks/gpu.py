@@ -106,6 +106,7 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
     flags += ["--output-dir", str(workdir / "runs"), "--run-name", name] + ([] if opts.no_compile else ["--compile"])
     flags += ["--backbone", "resnet50"] if name == "resnet50" else []
     args = train.get_args_parser().parse_args(flags)
+    train.distributed.refuse_flags(args, device)  # as train.py's setup() does, before any work
     train.runtime.configure_backends(args.deterministic)
     train.runtime.seed_everything(args.seed)
     model = build(train, name, args, device)
@@ -129,8 +130,7 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
     x, y = batches[0][0][:flop_images].to(device), batches[0][1][:flop_images].to(device)
     flops = train_flops_per_image(model, x.contiguous(memory_format=torch.channels_last), y, autocast)
 
-    train.distributed.refuse_flags(args, device)  # as train.py's setup() does
-    wrapped = train.distributed.wrap(model, device, compile=args.compile)
+    wrapped = train.distributed.wrap(model, device, compile=args.compile)  # as train.py's setup() does
     state = train.checkpoint.RunState()
     logger = train.RunLogger(workdir / "runs" / name, True, args.progress, 1, args.accum_steps, state)  # 1 process
     session = train.Session(

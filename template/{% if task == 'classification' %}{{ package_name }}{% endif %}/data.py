@@ -272,7 +272,7 @@ def assign_splits(
             held_out += [key.removeprefix(f"{label}/") for key in hold_out(keys, fraction)]
         held_out.sort()
     if missing := set(held_out) - {path for path, _, _ in rows}:
-        raise UsageError(f"{len(missing)} of the run's held-out images are gone from {root}, e.g. {min(missing)}")
+        raise UsageError(f"{root} lacks {len(missing)} of the run's held-out images, e.g. {min(missing)}")
     held = set(held_out)
     return [(path, label, "val" if path in held else "train") for path, label, _ in rows], held_out
 

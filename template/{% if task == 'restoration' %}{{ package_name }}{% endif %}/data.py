@@ -191,7 +191,7 @@ def build_split(
         if not paths:
             raise UsageError(f"{data_dir} has no images left to train on besides the {len(held)} held out")
     elif missing := [path for path in held_out if not (data_dir / path).is_file()]:
-        raise UsageError(f"{len(missing)} of the run's held-out images are gone from {data_dir}, e.g. {missing[0]}")
+        raise UsageError(f"{data_dir} lacks {len(missing)} of the run's held-out images, e.g. {missing[0]}")
     else:
         paths = [str(data_dir / path) for path in held_out]
     return ImagePatches(paths, patch_size, degradation, train, patches_per_epoch, strict=strict, root=data_dir)

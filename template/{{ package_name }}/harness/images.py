@@ -86,8 +86,8 @@ def is_runs_data(
     """Whether the images `scored` (paths under `root`) are the data of a run that held out `held_out` of `original`.
 
     They are if they include images it trained on (`trained`, by default the files `original` holds that it did not
-    hold out; the first 16 found there compared byte for byte) or, that folder gone, those of its `sample`
-    (sample_digests) found under their names with its digests; a run saved without one: every held-out path.
+    hold out; the first 16 found there compared byte for byte) or, that folder gone, one of its `sample`
+    (sample_digests) found under its name with its digest; a run saved without one: every held-out path.
 
     UsageError if so and a held-out image is not among them, or they are the run's files under other names (`root`
     lies in `original` or holds it, or lists its files by other paths: a CSV for a folder, or the reverse): scored
@@ -114,8 +114,8 @@ def is_runs_data(
             why = "scored whole, it would score the images the run trained on; give the run's data itself or a test set"
             raise UsageError(f"{root} {where} the run's data {original}: {why}")
     else:  # the run's folder gone (moved): judged by the training images it sampled, else by the names alone
-        known = [name for name in sample or {} if name in set(scored)]
-        runs = any(file_digest(root / name) == sample[name] for name in known) if known else held <= set(scored)
+        found = set(scored)  # none of the sampled names: not the run's data (a run without a sample: every held-out)
+        runs = any(file_digest(root / n) == sample[n] for n in sample if n in found) if sample else held <= found
     if runs and (gone := sorted(held - set(scored))):
         why = "which it held out: scored whole, it would score the images the run trained on"
         raise UsageError(f"{root} is the run's data without {gone[0]}, {why}")
