@@ -194,7 +194,8 @@ def class_folders(root: Path, split: str | None = None, test_set: bool = False) 
         raise UsageError(f"image folder {folder} has no images: no class folder in it")
     every = [folder / name for name in found]  # a folder linked in from another class (or above it) is that class's
     rows = [(path.relative_to(root).as_posix(), cls.name, split) for cls in every for path in list_images(cls, every)]
-    if (empty := [name for name in found if name not in {label for _, label, _ in rows}]) and not (test_set and rows):
+    labelled = {label for _, label, _ in rows}  # once, not per class: ImageNet's 1,000 x 1.28M rows took a minute
+    if (empty := [name for name in found if name not in labelled]) and not (test_set and rows):
         extensions = " ".join(IMAGE_EXTENSIONS)
         raise UsageError(f"image folder {folder} has a class folder without images: {empty[0]} (none of {extensions})")
     return rows

@@ -97,6 +97,7 @@ def is_runs_data(
     held = set(held_out)
     if not held:
         return False
+    found = set(scored)
     if original is not None and original.is_dir():
         here, base = root.resolve(), original.resolve()
 
@@ -114,9 +115,9 @@ def is_runs_data(
             why = "scored whole, it would score the images the run trained on; give the run's data itself or a test set"
             raise UsageError(f"{root} {where} the run's data {original}: {why}")
     else:  # the run's folder gone (moved): judged by the training images it sampled, else by the names alone
-        found = set(scored)  # none of the sampled names: not the run's data (a run without a sample: every held-out)
+        # None of the sampled names: not the run's data (a run saved without a sample: every held-out path).
         runs = any(file_digest(root / n) == sample[n] for n in sample if n in found) if sample else held <= found
-    if runs and (gone := sorted(held - set(scored))):
+    if runs and (gone := sorted(held - found)):
         why = "which it held out: scored whole, it would score the images the run trained on"
         raise UsageError(f"{root} is the run's data without {gone[0]}, {why}")
     return runs
