@@ -8,6 +8,7 @@ import os
 import random
 import re
 import shutil
+import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, fields
@@ -100,6 +101,15 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
             raise
         full = "" if isinstance(err, OSError) else "; is the disk full?"  # torch.save's runs out of room in C++
         raise OutputError(f"cannot write {path} ({reason(err)}{full})") from None
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Make `path`'s folder and check that it takes a new file; UsageError if not. Before the work `path` is for."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path.parent).close()  # a read-only folder or disk: refused now, not after the work
+    except OSError as err:
+        raise UsageError(f"cannot write {what} in {path.parent}: {err.strerror or err}") from None
 
 
 def save(state: dict[str, Any], path: Path) -> None:
