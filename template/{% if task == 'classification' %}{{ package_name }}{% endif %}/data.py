@@ -134,12 +134,12 @@ def build_datasets(
         raise UsageError(f"{labels or root}: one class, {found[0]!r}: a classifier needs 2 or more classes")
     classes = found if classes is None else classes
     if unknown := [label for label in found if label not in classes]:
-        raise UsageError(f"{root}: class {unknown[0]!r} is not one of the model's {len(classes)}: {', '.join(classes)}")
+        raise UsageError(f"{labels or root}: class {unknown[0]!r} is not one of the model's: {', '.join(classes)}")
     rows, chosen = assign_splits(rows, root, held_out, val_fraction)
     index = {name: i for i, name in enumerate(classes)}
     samples = {s: [(str(root / path), index[label]) for path, label, where in rows if where == s] for s in splits}
     if empty := [s for s in splits if not samples[s]]:  # a CSV's split column naming one split alone, or images gone
-        reason = "every image left is held out" if chosen else "name both train and val in its split column"
+        reason = "every image left is held out" if chosen else f"its split column has no {empty[0]} rows"
         raise UsageError(f"{labels or root}: no {empty[0]} images: {reason}")
     made = {s: ImageFiles(samples[s], root, transforms[s], strict, s == "train", channels) for s in splits}
     return DataSplits(made.get("train"), made.get("val"), classes, channels, chosen)
@@ -286,8 +286,7 @@ def _torchvision_dataset(name: str, data_dir: Path, split: str, transform: v2.Co
 
     before = folders() if download else set()
     try:
-        dataset_class = TORCHVISION_DATASETS[name][0]
-        return dataset_class(str(data_dir), train=split == "train", transform=transform, download=download)
+        return TORCHVISION_DATASETS[name][0](data_dir, train=split == "train", transform=transform, download=download)
     except (OSError, RuntimeError) as err:  # a URLError is an OSError; MNIST reports it as a RuntimeError
         if not download:  # torchvision's "Dataset not found or corrupted"
             raise UsageError(f"{name} not found under {data_dir}; pass --download to fetch it ({err})") from None

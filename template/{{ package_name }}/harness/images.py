@@ -86,8 +86,9 @@ def is_runs_data(
     """Whether the images `scored` (paths under `root`) are the data of a run that held out `held_out` of `original`.
 
     They are if they include images it trained on (`trained`, by default the files `original` holds that it did not
-    hold out; the first 16 found there compared byte for byte) or, that folder gone, one of its `sample`
-    (sample_digests) found under its name with its digest; a run saved without one: every held-out path.
+    hold out; the first 16 found there compared byte for byte) or, none found there (the folder gone or emptied),
+    one of its `sample` (sample_digests) found under its name with its digest; a run saved without one: every
+    held-out path.
 
     UsageError if so and a held-out image is not among them, or they are the run's files under other names (`root`
     lies in `original` or holds it, or lists its files by other paths: a CSV for a folder, or the reverse): scored
@@ -97,7 +98,7 @@ def is_runs_data(
     held = set(held_out)
     if not held:
         return False
-    found = set(scored)
+    found, runs = set(scored), None
     if original is not None and original.is_dir():
         here, base = root.resolve(), original.resolve()
 
@@ -107,14 +108,16 @@ def is_runs_data(
             return name if mine else path
 
         keys = {p: run_name(p) for p in scored}  # a copy elsewhere keeps its names: compared byte for byte below
-        ours = ((p, k) for p, k in keys.items() if k not in held and (trained is None or k in trained))
-        ours = ((p, k) for p, k in ours if (original / k).is_file())
-        runs = any(filecmp.cmp(root / p, original / k, shallow=False) for p, k in itertools.islice(ours, 16))
+        ours = [(p, k) for p, k in keys.items() if k not in held and (trained is None or k in trained)]
+        if pairs := list(itertools.islice(((p, k) for p, k in ours if (original / k).is_file()), 16)):
+            runs = any(filecmp.cmp(root / p, original / k, shallow=False) for p, k in pairs)
+        elif not ours:  # no image it trained on: its validation images alone, say (a test set)
+            runs = False
         if runs and any(p != k for p, k in keys.items()):
             where = "lies in" if here.is_relative_to(base) else "holds" if base.is_relative_to(here) else "lists"
             why = "scored whole, it would score the images the run trained on; give the run's data itself or a test set"
             raise UsageError(f"{root} {where} the run's data {original}: {why}")
-    else:  # the run's folder gone (moved): judged by the training images it sampled, else by the names alone
+    if runs is None:  # the run's files gone from its folder (moved): judged by the training images it sampled
         # None of the sampled names: not the run's data (a run saved without a sample: every held-out path).
         runs = any(file_digest(root / n) == sample[n] for n in sample if n in found) if sample else held <= found
     if runs and (gone := sorted(held - found)):
