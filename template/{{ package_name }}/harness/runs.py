@@ -178,18 +178,25 @@ def check_runs_data(classes: list[str], train: Dataset, val: Dataset, resumed: d
     its training split (for test.py). The data of a resumed run (moved, perhaps) must have the classes it was
     trained on, in their order, and the validation files it scored (compared where both have a fingerprint).
     """
-    val_files = fingerprint(val)
-    digests = {"val_files": val_files, "train_sample": sample_digests(train)}
+    digests = {"val_files": fingerprint(val), "train_sample": sample_digests(train)}
     if resumed is None:
         return digests
     if classes != (saved := resumed.get("classes", classes)):
         only = sorted(set(classes) ^ set(saved))
         why = f"{only[0]!r} is in only one of them" if only else "the same names in another order"
         raise UsageError(f"the data's classes are not the run's: {why}; start a new run")
-    if None not in (val_files, resumed.get("val_files")) and val_files != resumed["val_files"]:
-        why = "other names or sizes than those it scored: give its own data, or start a new run"
-        raise UsageError(f"the data's validation images are not the run's: {why}")
+    check_val_files(digests["val_files"], resumed, "give its own data, or start a new run")
     return digests
+
+
+def check_val_files(val_files: str | None, saved: dict[str, Any], then: str) -> None:
+    """UsageError, saying `then`, where the run `saved` scored other files than `val_files` (images.fingerprint's).
+
+    Compared where both have one (a checkpoint of torchvision's datasets or an older run has none).
+    """
+    if None not in (val_files, saved.get("val_files")) and val_files != saved["val_files"]:
+        why = "other names or sizes than those it scored"
+        raise UsageError(f"the data's validation images are not the run's: {why}; {then}")
 
 
 def what_is_kept(run_dir: Path, then: str = "free some space and resume") -> str:
