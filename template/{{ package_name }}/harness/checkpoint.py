@@ -120,14 +120,10 @@ def save(state: dict[str, Any], path: Path) -> None:
 def save_run(state: dict[str, Any], run_dir: Path, *, best: bool, epoch: int, keep_epochs: int = 0) -> None:
     """Write best.pt when `best`, epoch-<epoch>.pt when keep_epochs > 0 (the newest keep_epochs kept), then last.pt.
 
-    last.pt comes last: after a failed write it is still the previous epoch's; without one it comes first, so that
-    a run killed before it wrote the others goes on (--auto-resume refuses a run folder with best.pt alone). Epoch
-    files numbered above `epoch` (a continuation the run was resumed from before) are not pruned: newer by number,
-    they are not the run's newest.
+    last.pt comes last: after a failed write it is still the previous epoch's. Epoch files numbered above `epoch`
+    (a continuation the run was resumed from before) are not pruned: newer by number, they are not the run's newest.
     """
     paths = [run_dir / name for name in ["best.pt"] * best + [f"epoch-{epoch}.pt"] * (keep_epochs > 0) + ["last.pt"]]
-    if not paths[-1].exists():
-        paths.insert(0, paths.pop())
     save(state, paths[0])
     for path in paths[1:]:
         write_atomic(path, lambda tmp: shutil.copyfile(paths[0], tmp))
