@@ -108,8 +108,9 @@ def check_writable(path: Path, what: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=path.parent).close()  # a read-only folder or disk: refused now, not after the work
-    except OSError as err:
-        raise UsageError(f"cannot write {what} in {path.parent}: {err.strerror or err}") from None
+    except OSError as err:  # a file in the way (or a link to nowhere) says "File exists"
+        why = "not a folder" if isinstance(err, (FileExistsError, NotADirectoryError)) else err.strerror or err
+        raise UsageError(f"cannot write {what} in {path.parent}: {why}") from None
 
 
 def save(state: dict[str, Any], path: Path) -> None:

@@ -87,8 +87,8 @@ def is_runs_data(
 
     They are if they include images it trained on (`trained`, by default the files `original` holds that it did not
     hold out; the first 16 found there compared byte for byte) or, none found there (the folder gone or emptied),
-    one of its `sample` (sample_digests) found under its name with its digest; a run saved without one: every
-    held-out path.
+    one of its `sample` (sample_digests) found under its name with its digest; a run saved without one, its folder
+    gone: every held-out path.
 
     UsageError if so and a held-out image is not among them, or they are the run's files under other names (`root`
     lies in `original` or holds it, or lists its files by other paths: a CSV for a folder, or the reverse): scored
@@ -111,14 +111,14 @@ def is_runs_data(
         ours = [(p, k) for p, k in keys.items() if k not in held and (trained is None or k in trained)]
         if pairs := list(itertools.islice(((p, k) for p, k in ours if (original / k).is_file()), 16)):
             runs = any(filecmp.cmp(root / p, original / k, shallow=False) for p, k in pairs)
-        elif not ours:  # no image it trained on: its validation images alone, say (a test set)
+        elif not ours or not sample:  # none it trained on (its validation images alone, say), or nothing to judge by
             runs = False
         if runs and any(p != k for p, k in keys.items()):
             where = "lies in" if here.is_relative_to(base) else "holds" if base.is_relative_to(here) else "lists"
             why = "scored whole, it would score the images the run trained on; give the run's data itself or a test set"
             raise UsageError(f"{root} {where} the run's data {original}: {why}")
-    if runs is None:  # the run's files gone from its folder (moved): judged by the training images it sampled
-        # None of the sampled names: not the run's data (a run saved without a sample: every held-out path).
+    if runs is None:  # the run's folder gone, or its files (moved): judged by the training images it sampled
+        # None of the sampled names: not the run's data (a run saved without a sample, its folder gone: names alone).
         runs = any(file_digest(root / n) == sample[n] for n in sample if n in found) if sample else held <= found
     if runs and (gone := sorted(held - found)):
         why = "which it held out: scored whole, it would score the images the run trained on"

@@ -177,18 +177,15 @@ class ArgumentParser(argparse.ArgumentParser):
         """Give `args` the flags of the run it resumes, `saved` (its args as JSON), in place.
 
         Flags in `ignore` keep this invocation's value, those in `may_change` the saved one unless `given`, those
-        in `moves` (where the data lies) a given path where the run had one (by its `meaning`; UsageError where the
-        run's is gone and none is given). Any other takes the saved value, and raises UsageError when given with one
-        that means another: both parsed alike, then through `meaning`.
+        in `moves` (where the data lies) a given path where the run had one (by its `meaning`). Any other takes the
+        saved value, and raises UsageError when given with one that means another: both parsed alike, then through
+        `meaning`.
         """
         for action in self._actions:
             name = action.dest
             if name not in saved or name in ignore or (name in given and name in may_change):
                 continue
             value, now = _parsed(action, saved[name]), getattr(args, name)
-            if name in moves and name not in given and value is not None and not Path(value).exists():
-                flag = action.option_strings[-1]
-                raise UsageError(f"the run's data is gone from {value}; give {flag} where it lies now")
             if name in given and (means := meaning(name, now, args)) != (meant := meaning(name, value, args)):
                 if name in moves and None not in (means, meant):
                     continue  # the data elsewhere (a copy on a node's own disk): the caller checks it is the same
