@@ -56,10 +56,12 @@ def find_run(
         return run_dir, last
     if last.exists():
         raise UsageError(f"{run_dir} already holds a checkpoint; continue with --resume {run_dir} or pick a --run-name")
-    if auto_resume and (kept := sorted(p.name for p in run_dir.glob("*.pt"))):  # last.pt moved or deleted
+    if auto_resume and (kept := sorted(p.name for p in run_dir.glob("*.pt"))):  # no last.pt: see furthest_readable
+        if furthest := furthest_readable(run_dir):
+            return run_dir, furthest
         raise UsageError(
-            f"{run_dir} holds {', '.join(kept)} but no last.pt: a fresh run would overwrite them; resume one with "
-            "--resume, or pick another --run-name"
+            f"{run_dir} holds {', '.join(kept)} but no last.pt, and none of them reads: a fresh run would overwrite "
+            "them; pick another --run-name"
         )
     if run_dir.exists() and not auto_resume:
         raise UsageError(f"{run_dir} already exists; pick another --run-name, or remove it")
@@ -93,25 +95,28 @@ def open_run(
 
 
 def readable_instead(last: Path) -> str:
-    """For a last.pt that cannot be read: how to go on from the run's furthest other checkpoint that can, or "".
-
-    That is the newest epoch-N.pt that reads or best.pt, whichever holds more steps (an epoch file left from before
-    a resume without --keep-epochs may be older than best.pt).
-    """
-    if last.name != "last.pt":
+    """For a last.pt that cannot be read: how to go on from the run's furthest other checkpoint that can, or ""."""
+    if last.name != "last.pt" or not (other := furthest_readable(last.parent)):
         return ""
+    return f"; {other.name} reads: move {last} aside, then resume it: {resume_command(other)}"
+
+
+def furthest_readable(run_dir: Path) -> Path | None:
+    """The newest epoch-N.pt that reads or best.pt, whichever holds more steps; None if neither reads.
+
+    An epoch file left from before a resume without --keep-epochs may be older than best.pt. --auto-resume takes it
+    where last.pt is missing: a job stopped between writing best.pt and last.pt at its first epoch, or a last.pt
+    moved aside because it does not read.
+    """
     found = []  # (steps, path) of the newest readable epoch file and of best.pt
-    for others in (reversed(epoch_checkpoints(last.parent)), [last.parent / "best.pt"]):
+    for others in (reversed(epoch_checkpoints(run_dir)), [run_dir / "best.pt"]):
         for other in others:
             try:
                 found.append((load(other)["run_state"]["global_step"], other))
                 break
             except (UsageError, KeyError, TypeError):  # missing, unreadable, or no training state
                 continue
-    if not found:
-        return ""
-    other = max(found)[1]
-    return f"; {other.name} reads: move {last} aside, then resume it: {resume_command(other)}"
+    return max(found)[1] if found else None
 
 
 def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:
