@@ -126,12 +126,12 @@ def test_the_learning_rate_steps_with_each_optimizer_step_and_is_logged_as_used(
 @pytest.mark.parametrize(  # scores: the weights', epoch by epoch; best: best.pt's (epoch, score)
     ("flags", "higher", "scores", "rates", "best"),
     [
-        ([], True, [0.5] * 9, [0.1] * 7 + [0.05] * 2, (1, 0.5)),  # patience 5: the rate halves after epoch 7
+        (["--patience", "0"], True, [0.5] * 9, [0.1] * 7 + [0.05] * 2, (1, 0.5)),  # off; plateau's 5: halves after 7
         (["--patience", "3"], True, [0.5] * 4, [0.1] * 3 + [0.05], (1, 0.5)),  # plateau patience 1, then early stop
         (["--plateau-patience", "0", "--ema-decay", "0.5", "--patience", "2"], True, [0.5] * 9, [0.1] * 9, (9, 0.18)),
         (["--patience", "3"], False, [0.9, 0.5, 0.6, 0.5, 0.7], [0.1] * 4 + [0.05], (2, 0.5)),  # epochs 3, 4 above 0.5
     ],
-    ids=["patience-5", "early-stop", "follows-the-average", "a-score-that-falls"],
+    ids=["patience-off", "early-stop", "follows-the-average", "a-score-that-falls"],
 )
 def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
     train_script, tiny_args, monkeypatch, capsys, flags, higher, scores, rates, best

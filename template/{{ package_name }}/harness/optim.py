@@ -53,7 +53,7 @@ def default_warmup(name: str) -> float:
 
 def plateau_patience(early_stop: int | None) -> int:
     """--plateau-patience's default: 5, or two less than an early-stop --patience, so that the rate drops before."""
-    return 5 if early_stop is None else max(0, min(5, early_stop - 2))
+    return 5 if not early_stop else max(0, min(5, early_stop - 2))
 
 
 def build_scheduler(

@@ -146,10 +146,10 @@ def check_unfinished(run_dir: Path, run_state: dict[str, Any], epochs: int, pati
             f"{run_dir} is finished (epoch {run_state['epoch']} of --epochs {epochs}); "
             "resume with a larger --epochs to train on"
         )
-    if patience is not None and run_state["epochs_without_improvement"] >= patience:
+    if patience and run_state["epochs_without_improvement"] >= patience:
         raise RunFinished(
             f"{run_dir} has had {run_state['epochs_without_improvement']} epochs without a better validation score, "
-            f"which meets --patience {patience}; resume with a larger --patience to train on"
+            f"which meets --patience {patience}; resume with a larger --patience (0: off) to train on"
         )
 
 
