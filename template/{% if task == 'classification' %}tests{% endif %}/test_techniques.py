@@ -224,12 +224,13 @@ def test_the_loss_flags_reach_the_models_loss(train_script, tiny_args, flags, ex
 
 @pytest.mark.parametrize(("optimizer", "decay", "freeze"), [("adamw", 0.05, False), ("sgd", 1e-4, True)])
 def test_backbone_lr_scale_or_freezing_the_logged_peak_rate_and_the_optimizers_usual_weight_decay(
-    train_script, tiny_args, optimizer, decay, freeze
+    train_script, tiny_args, capsys, optimizer, decay, freeze
 ):
     """torchvision's weight decay for each optimizer, saved; the backbone trains at its scaled rate or, frozen, not."""
     flags = ["--optimizer", optimizer, "--lr", "0.1", "--scheduler", "none", "--warmup-epochs", "0"]
     flags += ["--max-steps-per-epoch", "2", *(["--freeze-backbone"] if freeze else ["--backbone-lr-scale", "0.25"])]
     session, initial = train(train_script, [*tiny_args, *flags])
+    assert ("without --weights trains a head on a random, frozen backbone" in capsys.readouterr().out) == freeze
     rates = {id(param): group["lr"] for group in session.optimizer.param_groups for param in group["params"]}
     backbone = {id(param) for param in session.model.backbone.parameters()}
     head = {id(param) for param in session.model.parameters()} - backbone
