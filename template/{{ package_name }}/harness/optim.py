@@ -112,6 +112,20 @@ class EMA(AveragedModel):
         self.every = every
 
     def update(self, model: nn.Module, step: int) -> None:
-        """Average `model` (bare or wrapped: same parameters in the same order) in, if `step` is an update step."""
-        if step % self.every == 0:
-            self.update_parameters(model)
+        """Average `model` (bare or wrapped: same parameters in the same order) in, if `step` is an update step.
+
+        AveragedModel.update_parameters()'s rule, without its copy of the count (on the CPU) to the GPU at every
+        update: a copy that waits until the GPU has run all the work queued before it.
+        """
+        if step % self.every:
+            return
+        ours, theirs = [*self.module.parameters(), *self.module.buffers()], [*model.parameters(), *model.buffers()]
+        pairs = [(mine, other.detach()) for mine, other in zip(ours, theirs, strict=True)]
+        if self.n_averaged == 0:  # the first update copies
+            for mine, other in pairs:
+                mine.copy_(other)
+        else:  # the EMA rule, which takes floats and the rest (batch norm's counts) apart
+            for floating in (True, False):
+                if kind := [pair for pair in pairs if pair[0].is_floating_point() == floating]:
+                    self.multi_avg_fn([mine for mine, _ in kind], [other for _, other in kind], None)
+        self.n_averaged += 1
