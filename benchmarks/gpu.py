@@ -42,7 +42,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 # Dense (no sparsity) bf16 tensor-core peaks, FLOP/s, by a substring of the device name.
-PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12, "L4": 121e12}
+# Dense bf16 peaks by a part of the device's name: the first that matches, so the longer names come first.
+PEAK_BF16 = {"H200 NVL": 835e12, "H200": 989.4e12, "H100 PCIe": 756e12, "H100 NVL": 835e12, "H100": 989.4e12}
+PEAK_BF16 |= {"A100": 312e12, "L40S": 362e12, "L40": 181e12, "A10G": 70e12, "L4": 121e12}
 H200_RESNET50_FLOOR = 3500  # images/s: below this on an H200 something is wrong
 
 
@@ -106,6 +108,7 @@ def measure_model(train: ModuleType, name: str, opts: argparse.Namespace, workdi
     flags += ["--output-dir", str(workdir / "runs"), "--run-name", name] + ([] if opts.no_compile else ["--compile"])
     flags += ["--backbone", "resnet50"] if name == "resnet50" else []
     args = train.get_args_parser().parse_args(flags)
+    args.num_workers = 0  # as setup() resolves it for data in memory: on a GPU the loop's prefetch thread runs
     train.distributed.refuse_flags(args, device)  # as train.py's setup() does, before any work
     train.runtime.configure_backends(args.deterministic)
     train.runtime.seed_everything(args.seed)

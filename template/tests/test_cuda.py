@@ -21,7 +21,8 @@ CASES = {
     "deterministic": ["--deterministic"],  # the models' ops without a deterministic CUDA kernel warn, not stop
 }
 CPU_CASES = ("fp32", "bf16", "channels-last")
-PARAMS = [pytest.param("cuda", name, marks=CUDA, id=f"cuda-{name}") for name in CASES]
+# One GPU: "cuda" would spread over every GPU in the DataParallel variant (test_dataparallel.py), refusing bf16.
+PARAMS = [pytest.param("cuda:0", name, marks=CUDA, id=f"cuda-{name}") for name in CASES]
 PARAMS += [pytest.param("cpu", name, id=f"cpu-{name}") for name in CPU_CASES]
 
 
@@ -43,10 +44,10 @@ def test_train_py_then_test_py(train_script, test_script, tiny_args, device, cas
     after_step(lambda: threads.append(sum(isinstance(t, loader_thread) for t in threading.enumerate())))
     assert train_script.main(argv) == 0
     [(session, before)] = built
-    assert session.train_loader.pin_memory == (device == "cuda")
+    assert session.train_loader.pin_memory == (device != "cpu")
     # One loader thread from the first step (the default on a GPU, asked for on the CPU); 96 images / 16 per batch.
     assert len(threads) == 6 and threads[0] == max(threads) == 1, threads
-    assert all(p.device.type == device for p in session.model.parameters())
+    assert all(p.device == torch.device(device) for p in session.model.parameters())
     changed = [not torch.equal(b, p) for b, p in zip(before, session.model.parameters(), strict=True)]
     assert sum(changed) > len(changed) // 2  # fp16's scaler may skip a step while it finds its scale, not all
 

@@ -152,20 +152,23 @@ def resolve(path: Path) -> Path:
 CHECKPOINT_KEYS = {"model", "model_name", "model_config", "classes", "args"}  # in every train.py checkpoint
 
 
-def load(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by train.py (a file, or a run directory's last.pt); UsageError if unusable."""
+def load(path: Path) -> dict[str, Any]:
+    """Read a checkpoint written by train.py (a file, or a run directory's last.pt); UsageError if unusable.
+
+    Its tensors stay on the CPU: the scripts move the model alone to the device, not the optimizer's state.
+    """
     path = resolve(path)
-    state = read(path, "checkpoint", map_location)
+    state = read(path, "checkpoint")
     missing = sorted(CHECKPOINT_KEYS - state.keys()) if isinstance(state, dict) else ["model"]
     if missing:  # a model saved alone, say: no class names, no flags to rebuild its data from
         raise UsageError(f"{path} is not a checkpoint written by train.py (no {', '.join(missing)})")
     return state
 
 
-def read(path: Path, what: str, map_location: torch.device | str = "cpu") -> Any:
-    """torch.load(path, weights_only=True); a file it cannot read is a UsageError naming `what` and the path."""
+def read(path: Path, what: str) -> Any:
+    """torch.load(path, weights_only=True) to the CPU; a file it cannot read: UsageError naming `what` and the path."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except PermissionError as err:  # other OSErrors come from a broken zip archive: corrupt, below
         raise UsageError(f"cannot read {what} {path}: {reason(err)}") from None
     except Exception as err:  # noqa: BLE001 - garbage bytes fail in many ways inside the unpickler
