@@ -52,12 +52,13 @@ def test_help_lists_the_flags_and_the_readme_table_of_augmentation_flags(train_s
     parser = train_script.get_args_parser()
     assert all(flag in out for action in parser._actions for flag in action.option_strings)
     text = " ".join(out.split())  # argparse wraps lines
-    assert "(default: 5)" in text and "builtin: channels per stage (default: 16,32,64)" in text
+    default = parser.get_default  # a list shown as typed: 16,32,64
+    assert f"(default: {default('epochs')})" in text and f"channels per stage (default: {default('widths')})" in text
     assert "(default: None)" not in text and "(default: the start time" in text
     readme = (ROOT / "README.md").read_text().split("\n## Augment\n")[1].split("\n## ")[0]
     table = dict(re.findall(r"^\| `(--[\w-]+)[^|]*\| ([^|]*) \|", readme, flags=re.MULTILINE))  # flag: default
     group = out.split("\naugmentation")[1].split("\n\n")[0]
-    assert set(table) == {word for word in group.split() if word.startswith("--")}
+    assert set(table) == {word for word in group.split() if word.startswith("--")}, "README.md's Augment table"
     for flag, shown in table.items():
         default = parser.get_default(flag[2:].replace("-", "_"))
         assert shown == ("off" if default is None else f"{default:g}" if isinstance(default, float) else str(default))
@@ -82,7 +83,8 @@ def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_av
     of the finished run, or one that the model's code refuses, writes nothing."""
     directory, out = finished
     assert '"batch_size": 16' in out  # the arguments are printed at start
-    assert "efficiency" in out and "best val accuracy" in out and out.count("EMA val accuracy") == 3
+    score = train_script.task.SCORE  # accuracy, or what a researcher chose
+    assert "efficiency" in out and f"best val {score}" in out and out.count(f"EMA val {score}") == 3
     names = {p.name for p in directory.iterdir()}
     assert {"args.json", "environment.json", "metrics.jsonl", "last.pt", "best.pt"} <= names
     assert {name for name in names if name.startswith("epoch-")} == {"epoch-2.pt", "epoch-3.pt"}  # --keep-epochs 2
@@ -94,7 +96,8 @@ def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_av
     assert state["ema_updates"] == 9  # one update every 2 steps
     ema = records(directory, "val_ema")
     assert [r["epoch"] for r in ema] == [1, 2, 3] and all(r["samples"] == 40 for r in ema)
-    assert state["run_state"]["best_score"] == max(r[train_script.task.SCORE] for r in ema)  # the average's
+    best = max if train_script.task.HIGHER_IS_BETTER else min
+    assert state["run_state"]["best_score"] == best(r[score] for r in ema)  # the average's
     assert any(not torch.equal(state["ema"][key], state["model"][key]) for key in state["model"])
 
     for extra, weights, split in ((["--no-ema"], "model", "val"), ([], "ema", "val_ema")):  # the average's: below

@@ -158,10 +158,10 @@ def run_options(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def validation_split(state: dict[str, Any], prep: Preprocessing, **options: Any) -> DataSplits:
-    """The validation split (.val) of checkpoint `state`'s run, as train.py built it; `options`: build_datasets'."""
+    """The run's validation split (.val) as train.py built it, in its model's channels; `options`: build_datasets'."""
     trained = state["args"]
     data_dir = Path(trained["data_dir"]) if trained["data_dir"] else None
-    options = {**run_options(trained), **options}
+    options = {**run_options(trained), "channels": state["model_config"].get("in_channels", 3), **options}
     name = dataset_name(trained["dataset"], data_dir)
     return build_datasets(name, data_dir, prep, splits=("val",), held_out=state.get("held_out"), **options)
 

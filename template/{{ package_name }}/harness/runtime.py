@@ -179,13 +179,14 @@ class ArgumentParser(argparse.ArgumentParser):
         Flags in `ignore` keep this invocation's value, those in `may_change` the saved one unless `given`, those
         in `moves` (where the data lies) a given path where the run had one (by its `meaning`). Any other takes the
         saved value, and raises UsageError when given with one that means another: both parsed alike, then through
-        `meaning`.
+        `meaning`. A flag the run did not save (newer than the run) stands for its default.
         """
         for action in self._actions:
             name = action.dest
-            if name not in saved or name in ignore or (name in given and name in may_change):
+            if name in ignore or (name in given and name in may_change) or (name not in saved and name not in given):
                 continue
-            value, now = _parsed(action, saved[name]), getattr(args, name)
+            # A flag newer than the run: the run trained as its default does (a new flag must keep the old behaviour).
+            value, now = _parsed(action, saved.get(name, action.default)), getattr(args, name)
             if name in given and (means := meaning(name, now, args)) != (meant := meaning(name, value, args)):
                 if name in moves and None not in (means, meant):
                     continue  # the data elsewhere (a copy on a node's own disk): the caller checks it is the same
