@@ -128,6 +128,19 @@ BAD = [
                 return x
     """)),
     ("no-plain-list-of-modules", "<pkg>/layers.py", code("""
+        from torch import nn
+
+
+        class Stack(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.blocks = tuple(nn.Linear(4, 4) for _ in range(n))  # <-
+                self.heads = list(map(nn.Linear, [4] * n, [2] * n))  # <-
+
+            def forward(self, x):
+                return x
+    """)),
+    ("no-plain-list-of-modules", "<pkg>/layers.py", code("""
         import copy
 
         from torch import nn
@@ -438,6 +451,11 @@ def test_rules_read_what_python_reads_and_a_model_part_made_a_package(tmp_path):
     shown = "torch.backends.cuda.matmul.allow_fp16_reduced_precision_r..."  # 57 characters and ...
     expected = f"no-import-time-work: train.py:3: runs at import: {shown}; move it into main()"
     assert check(make_project(tmp_path, {"train.py": flag + MAIN})) == [expected]
+
+
+def test_a_missing_model_file_says_where_a_renamed_one_is_named(tmp_path):
+    [found] = check(make_project(tmp_path, {"<pkg>/<model>.py": None}))
+    assert found.endswith("own file (a renamed model file: name it in tests/test_style.py)")
 
 
 def test_every_rule_has_a_bad_snippet():

@@ -21,7 +21,8 @@ INERT_CALLS |= {"re.compile", "collections.namedtuple", "typing.TypeVar", "os.pa
 INERT_CALLS |= {"os.environ.get", "os.getenv"}
 PURE_METHODS = {"resolve", "absolute", "expanduser", "joinpath", "with_name", "with_suffix"}  # Path(__file__).resolve()
 # Expressions that build a plain container: modules in them are not registered on the module that keeps them.
-CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp, ast.BinOp, ast.Starred)
+CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.BinOp, ast.Starred)  # [conv, *blocks], blocks + [head]
+CONTAINERS += (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)  # tuple(Block() for ...) too
 SCRIPTS = None  # the module of a top-level script: p.files(SCRIPTS) are train.py, test.py, ...
 
 Found = Iterator[tuple[str, int, str]]  # (file, line, what) for each violation
@@ -180,6 +181,8 @@ class Contents:
             return "module"
         if isinstance(node, ast.Call) and self.src.resolve(node.func) == "copy.deepcopy" and node.args:
             return self.kind(node.args[0])  # a copy of a module is one
+        if isinstance(node, ast.Call) and key(node.func) == "map" and node.args:  # map(Block, widths): Block(...)s
+            return "plain" if self.kind(ast.Call(node.args[0], [], [])) else ""
         if key(node):
             return self.kinds.get(self.key(node), "")
         plain = isinstance(node, ast.Call) and key(node.func) in ("list", "tuple", "dict")  # list(blocks)
@@ -219,7 +222,8 @@ class Rules(Project):
         """A.7, A.8: layers.py, networks.py, losses.py, ops.py and the file named after the model exist."""
         for name in (*MODEL_PARTS, self.model_module):
             if name not in self.modules:
-                yield f"{self.package}/{name}.py", 0, "file is missing: each kind of model code has its own file"
+                what = " (a renamed model file: name it in tests/test_style.py)" * (name == self.model_module)
+                yield f"{self.package}/{name}.py", 0, f"file is missing: each kind of model code has its own file{what}"
 
     def scripts_import_only_the_model_file(self) -> Found:
         """A.9: scripts take project code from the model file, the dataset module and INFRASTRUCTURE only."""
