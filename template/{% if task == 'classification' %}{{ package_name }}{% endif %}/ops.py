@@ -16,7 +16,7 @@ def smooth_labels(targets: torch.Tensor, num_classes: int, smoothing: float = 0.
 
 def confusion_matrix(preds: torch.Tensor, targets: torch.Tensor, num_classes: int) -> torch.Tensor:
     """Counts (num_classes, num_classes) with rows = true class and columns = predicted class."""
-    flat = targets * num_classes + preds  # (N,) index into the flattened matrix
+    flat = (targets * num_classes + preds).long()  # (N,) index into the flattened matrix
     counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=flat.device)
     # Not torch.bincount: on a GPU it reads the indices' range back to the host, a wait at every batch.
     return counts.index_add_(0, flat, torch.ones_like(flat)).reshape(num_classes, num_classes)

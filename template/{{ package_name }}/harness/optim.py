@@ -72,8 +72,9 @@ def build_scheduler(
     """The schedule for --scheduler.
 
     none, step and cosine: stepped after each optimizer step, with a linear warm-up over warmup_epochs (half an
-    epoch if None); step decays every step_epochs counted from the first step, warm-up included. plateau: stepped once per epoch with the validation score, after `patience` epochs without
-    progress (plateau_patience(early_stop) if None); `mode`: max when a higher score is better, else min.
+    epoch if None); step decays every step_epochs counted from the first step, warm-up included. plateau: stepped
+    once per epoch with the validation score, after `patience` epochs without progress (plateau_patience(early_stop)
+    if None); `mode`: max when a higher score is better, else min.
     One LambdaLR (not a SequentialLR, which saves its curve's length): a resumed run may change --epochs.
     """
     if name == "plateau":

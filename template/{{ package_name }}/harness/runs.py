@@ -1,5 +1,7 @@
 """Run directories: a run writes everything into `<output-dir>/<run-name>/`, never into another run's."""
 
+import contextlib
+import json
 import os
 import time
 from collections.abc import Collection
@@ -56,12 +58,13 @@ def find_run(
         return run_dir, last
     if last.exists():
         raise UsageError(f"{run_dir} already holds a checkpoint; continue with --resume {run_dir} or pick a --run-name")
-    if auto_resume and (kept := sorted(p.name for p in run_dir.glob("*.pt"))):  # no last.pt: see furthest_readable
-        if furthest := furthest_readable(run_dir):
-            return run_dir, furthest
+    if auto_resume and (kept := sorted(p.name for p in run_dir.glob("*.pt"))):  # no last.pt
+        furthest = furthest_readable(run_dir)
+        if furthest and not logged_past(run_dir, furthest[0]):  # a job stopped between best.pt and a first last.pt
+            return run_dir, furthest[1]
         raise UsageError(
-            f"{run_dir} holds {', '.join(kept)} but no last.pt, and none of them reads: a fresh run would overwrite "
-            "them; pick another --run-name"
+            f"{run_dir} holds {', '.join(kept)} but no last.pt: a fresh run would overwrite them; resume one with "
+            "--resume, or pick another --run-name"
         )
     if run_dir.exists() and not auto_resume:
         raise UsageError(f"{run_dir} already exists; pick another --run-name, or remove it")
@@ -96,17 +99,15 @@ def open_run(
 
 def readable_instead(last: Path) -> str:
     """For a last.pt that cannot be read: how to go on from the run's furthest other checkpoint that can, or ""."""
-    if last.name != "last.pt" or not (other := furthest_readable(last.parent)):
+    if last.name != "last.pt" or not (furthest := furthest_readable(last.parent)):
         return ""
-    return f"; {other.name} reads: move {last} aside, then resume it: {resume_command(other)}"
+    return f"; {furthest[1].name} reads: move {last} aside, then resume it: {resume_command(furthest[1])}"
 
 
-def furthest_readable(run_dir: Path) -> Path | None:
-    """The newest epoch-N.pt that reads or best.pt, whichever holds more steps; None if neither reads.
+def furthest_readable(run_dir: Path) -> tuple[int, Path] | None:
+    """(steps, path) of the newest epoch-N.pt that reads or best.pt, whichever holds more steps; None if neither.
 
-    An epoch file left from before a resume without --keep-epochs may be older than best.pt. --auto-resume takes it
-    where last.pt is missing: a job stopped between writing best.pt and last.pt at its first epoch, or a last.pt
-    moved aside because it does not read.
+    An epoch file left from before a resume without --keep-epochs may be older than best.pt.
     """
     found = []  # (steps, path) of the newest readable epoch file and of best.pt
     for others in (reversed(epoch_checkpoints(run_dir)), [run_dir / "best.pt"]):
@@ -116,7 +117,21 @@ def furthest_readable(run_dir: Path) -> Path | None:
                 break
             except (UsageError, KeyError, TypeError):  # missing, unreadable, or no training state
                 continue
-    return max(found)[1] if found else None
+    return max(found) if found else None
+
+
+def logged_past(run_dir: Path, steps: int) -> bool:
+    """Whether metrics.jsonl has a row past `steps`: the run trained on after a checkpoint of that many steps.
+
+    Where last.pt is missing, none means a job stopped between writing best.pt and last.pt at its first epoch (an
+    epoch is logged before it is saved); rows past it, a last.pt deleted or moved aside: --auto-resume refuses.
+    """
+    with contextlib.suppress(OSError):
+        for row in (run_dir / "metrics.jsonl").read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):  # a line cut short
+                if json.loads(row)["step"] > steps:
+                    return True
+    return False
 
 
 def make_run_dir(run_dir: Path, *, unique: bool, exist_ok: bool) -> Path:

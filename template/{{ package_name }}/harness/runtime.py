@@ -179,13 +179,18 @@ class ArgumentParser(argparse.ArgumentParser):
         Flags in `ignore` keep this invocation's value, those in `may_change` the saved one unless `given`, those
         in `moves` (where the data lies) a given path where the run had one (by its `meaning`). Any other takes the
         saved value, and raises UsageError when given with one that means another: both parsed alike, then through
-        `meaning`. A flag the run did not save (newer than the run) stands for its default.
+        `meaning`. A flag the run did not save (newer than the run) stands for its default, unless the run saved a
+        flag that this parser lacks.
         """
+        # A run that saved a flag this parser lacks is of another version of the flags (one renamed, say): a flag it
+        # did not save is not judged. Else such a flag is newer than the run, which trained as its default does.
+        judged = set(saved) <= {action.dest for action in self._actions}
         for action in self._actions:
             name = action.dest
-            if name in ignore or (name in given and name in may_change) or (name not in saved and name not in given):
+            if name in ignore or (name in given and name in may_change):
                 continue
-            # A flag newer than the run: the run trained as its default does (a new flag must keep the old behaviour).
+            if name not in saved and (name not in given or not judged):
+                continue
             value, now = _parsed(action, saved.get(name, action.default)), getattr(args, name)
             if name in given and (means := meaning(name, now, args)) != (meant := meaning(name, value, args)):
                 if name in moves and None not in (means, meant):
