@@ -59,13 +59,13 @@ def find_run(
     if last.exists():
         raise UsageError(f"{run_dir} already holds a checkpoint; continue with --resume {run_dir} or pick a --run-name")
     if auto_resume and (kept := sorted(p.name for p in run_dir.glob("*.pt"))):  # no last.pt
-        furthest = furthest_readable(run_dir)
-        if furthest and not logged_past(run_dir, furthest[0]):  # a job stopped between best.pt and a first last.pt
+        held, furthest = f"{run_dir} holds {', '.join(kept)} but no last.pt", furthest_readable(run_dir)
+        if not furthest:
+            raise UsageError(f"{held}, and none of them reads: pick another --run-name (a fresh run overwrites them)")
+        if not validated_past(run_dir, furthest[0]):  # a job stopped between writing best.pt and a first last.pt
             return run_dir, furthest[1]
-        raise UsageError(
-            f"{run_dir} holds {', '.join(kept)} but no last.pt: a fresh run would overwrite them; resume one with "
-            "--resume, or pick another --run-name"
-        )
+        then = f"put last.pt back or go on with {resume_command(furthest[1])}, or pick another --run-name"
+        raise UsageError(f"{held}, and later epochs were validated: {then}")
     if run_dir.exists() and not auto_resume:
         raise UsageError(f"{run_dir} already exists; pick another --run-name, or remove it")
     return run_dir, None
@@ -120,16 +120,17 @@ def furthest_readable(run_dir: Path) -> tuple[int, Path] | None:
     return max(found) if found else None
 
 
-def logged_past(run_dir: Path, steps: int) -> bool:
-    """Whether metrics.jsonl has a row past `steps`: the run trained on after a checkpoint of that many steps.
+def validated_past(run_dir: Path, steps: int) -> bool:
+    """Whether metrics.jsonl has an epoch validated past `steps`: the run went on after a checkpoint of that many.
 
     Where last.pt is missing, none means a job stopped between writing best.pt and last.pt at its first epoch (an
-    epoch is logged before it is saved); rows past it, a last.pt deleted or moved aside: --auto-resume refuses.
+    epoch is logged before it is saved), or stopped again before the next epoch ended; a later epoch, a last.pt
+    deleted or moved aside: --auto-resume refuses.
     """
     with contextlib.suppress(OSError):
         for row in (run_dir / "metrics.jsonl").read_text().splitlines():
             with contextlib.suppress(ValueError, KeyError, TypeError):  # a line cut short
-                if json.loads(row)["step"] > steps:
+                if (logged := json.loads(row))["split"] != "train" and logged["step"] > steps:
                     return True
     return False
 
