@@ -22,6 +22,17 @@ from .images import SkipsUnreadable
 from .samplers import Seeded, SeededSampler
 
 
+@functools.cache  # one for every loader of the process: train.main() called again (a notebook) adds none
+def exit_flag() -> Any:
+    """1 at exit, before multiprocessing's exit handler (run later) ends the workers with the one SIGTERM they obey.
+
+    No lock: a signal handler reads it (an Event's lock, which a second signal interrupts, deadlocks).
+    """
+    flag = multiprocessing.RawValue("b", 0)
+    atexit.register(setattr, flag, "value", 1)
+    return flag
+
+
 def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **options: Any) -> DataLoader:
     """A DataLoader (`options` go to it) that draws no random number from torch's global generator.
 
@@ -30,12 +41,8 @@ def build_loader(dataset: Dataset, batch_size: int, *, train: bool = False, **op
     options.setdefault("collate_fn", None if train else collate_readable)
     options["persistent_workers"] = options.get("num_workers", 0) > 0
     if options["persistent_workers"]:
-        # 1 at exit, before multiprocessing's exit handler (run later) ends the workers with the one SIGTERM they
-        # obey. No lock: a signal handler reads it (an Event's lock, which a second signal interrupts, deadlocks).
-        exiting = multiprocessing.RawValue("b", 0)
-        atexit.register(setattr, exiting, "value", 1)
         then = options.get("worker_init_fn")  # the caller's own worker set-up runs after the signal policy
-        options["worker_init_fn"] = functools.partial(leave_stop_signals_to_the_main_process, exiting, then)
+        options["worker_init_fn"] = functools.partial(leave_stop_signals_to_the_main_process, exit_flag(), then)
     return DataLoader(dataset, batch_size, drop_last=train, generator=torch.Generator().manual_seed(0), **options)
 
 
