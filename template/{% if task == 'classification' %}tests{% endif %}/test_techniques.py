@@ -136,8 +136,7 @@ def test_the_learning_rate_steps_with_each_optimizer_step_and_is_logged_as_used(
 def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
     train_script, tiny_args, monkeypatch, capsys, flags, higher, scores, rates, best
 ):
-    """With --ema-decay the plateau, --patience and best.pt follow the average; task.HIGHER_IS_BETTER = False: the
-    lowest score is the best, and the plateau waits for it to fall."""
+    """Plateau, --patience and best.pt follow the average with --ema-decay, and the lowest score if lower is better."""
     calls, scores = [], iter(scores)
 
     def validate(s, args, model, stop):
@@ -161,8 +160,7 @@ def test_plateau_patience_and_best_pt_follow_the_score_and_act_when_it_stalls(
 def test_an_unupdated_average_is_not_saved_and_a_resume_after_task_score_changed_starts_best_and_plateau_afresh(
     train_script, tiny_args, monkeypatch, capsys
 ):
-    """A researcher edits task.SCORE between a run and its resume: the saved best, of the old score, is not compared.
-    The run's moving average had no update: it is neither validated nor saved."""
+    """An average never updated is neither validated nor saved; a best of another task.SCORE is not compared with."""
     flags = ["--ema-decay", "0.9", "--ema-every", "5", "--scheduler", "plateau", "--max-steps-per-epoch", "2"]
     monkeypatch.setattr(train_script.task, "SCORE", "samples")  # 40 images: a best no accuracy reaches
     session, _ = train(train_script, [*tiny_args, *flags])  # 2 steps: no update of the average

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -79,8 +80,7 @@ def finished(train_script, tmp_path_factory) -> tuple[Path, str]:
 def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_average(
     finished, train_script, test_script, monkeypatch, capsys
 ):
-    """TensorBoard gets each epoch's pictures of the saved average as test.py draws them, with its mistakes. A resume
-    of the finished run, or one that the model's code refuses, writes nothing."""
+    """The logged pictures are the saved average's, drawn as by test.py; a finished or refused resume writes nothing."""
     directory, out = finished
     assert '"batch_size": 16' in out  # the arguments are printed at start
     score = train_script.task.SCORE  # accuracy, or what a researcher chose
@@ -189,16 +189,9 @@ def test_resume_is_bit_exact_with_every_augmentation_also_after_sigterm_mid_epoc
 
 
 def test_a_signal_during_validation_ends_it_and_the_resumed_run_validates(train_script, tiny_args, monkeypatch, capsys):
-    """The epoch is saved trained, not validated (a long validation outlasts a launcher's 30 s before SIGKILL); a
-    second Ctrl-C, a second or more later, stops at once: one line, the checkpoint kept, exit 130. An epoch is logged
-    before it is checkpointed: a kill -9 between the two loses none of its rows (a resume trims those after last.pt)."""
-    real_validate = train_script.validate
-
-    def signal_then_validate(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)
-        return real_validate(*args, **kwargs)
-
-    monkeypatch.setattr(train_script, "validate", signal_then_validate)
+    """The epoch is saved unvalidated; a late second Ctrl-C stops at once in one line; epochs are logged, then saved."""
+    validate = train_script.validate  # a long validation outlasts a launcher's 30 s before SIGKILL: the signal ends it
+    monkeypatch.setattr(train_script, "validate", lambda *args: os.kill(os.getpid(), signal.SIGINT) or validate(*args))
     run = run_dir(tiny_args)
     assert train_script.main([*tiny_args, "--epochs", "1", "--max-steps-per-epoch", "1"]) == 128 + signal.SIGINT
     monkeypatch.undo()
@@ -219,7 +212,7 @@ def test_a_signal_during_validation_ends_it_and_the_resumed_run_validates(train_
     assert train_script.main(["--resume", str(run), "--epochs", "2"]) == 130
     kept = f"the last good checkpoint {run / 'last.pt'} is intact; resume: python train.py --resume"
     assert capsys.readouterr().err == f"train.py: interrupted; {kept} {run}\n"
-    assert [r["epoch"] for r in records(run, "val")] == [1, 2]
+    assert [r["epoch"] for r in records(run, "val")] == [1, 2]  # none lost: a resume trims the rows after last.pt
 
 
 @pytest.mark.parametrize(
@@ -452,10 +445,8 @@ def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
 
 
 def test_a_gpu_out_of_memory_is_one_line_that_says_what_needs_less(train_script, tiny_args, monkeypatch, capsys):
-    def fit(*args):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of")
-
-    monkeypatch.setattr(train_script, "fit", fit)
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of")
+    monkeypatch.setattr(train_script, "fit", mock.Mock(side_effect=oom))
     assert train_script.main(tiny_args) == 1
     assert capsys.readouterr().err == (
         "train.py: error: CUDA out of memory. Tried to allocate 2.00 GiB; a smaller --batch-size (--accum-steps keeps "
