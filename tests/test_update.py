@@ -474,6 +474,24 @@ def test_changing_an_answer_rerenders_and_keeps_user_edits(history, tmp_path, ol
     assert not unmerged(project)
 
 
+def test_a_model_file_moved_before_its_answer_changes_keeps_the_edits_and_gets_the_updates(history, tmp_path):
+    """The README's way to rename: `git mv`, commit, then the new answer. Renamed by hand alone: no more updates."""
+    by_hand, renamed = (copy_project(tmp_path / name, history, "1.0.0") for name in ("by-hand", "renamed"))
+    new = "shape_classifier/convnet.py"
+    for project in (by_hand, renamed):
+        user_edits(project)
+        git(project, "mv", MODEL, new)
+        commit_all(project, "My changes, the model file renamed")
+    update(renamed, VcsRef.CURRENT, data={"model_module": "convnet"})  # -d model_module=convnet
+    assert unmerged(renamed) == {new}  # added on both sides: the user's file and the template's
+    git(renamed, "checkout", "--ours", "--", new)  # the user's, whole: the template only renamed it
+    commit_all(renamed, "The answer follows the rename")
+    for project in (by_hand, renamed):
+        update(project, "1.1.0")
+    text = (renamed / new).read_text()
+    assert USER_CLASS in text and USER_COMMENT in text and TEMPLATE_MARK in text and not unmerged(renamed)
+    assert TEMPLATE_MARK not in (by_hand / new).read_text() and not (by_hand / MODEL).exists()  # counted deleted
+
 def test_update_answers_a_new_question(history, tmp_path):
     project = copy_project(tmp_path / "project", history, "1.0.0")
     update(project, "1.1.0", data={"citation": True})  # copier update -d citation=true
