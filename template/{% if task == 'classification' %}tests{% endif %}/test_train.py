@@ -450,5 +450,5 @@ def test_a_gpu_out_of_memory_is_one_line_that_says_what_needs_less(train_script,
     assert train_script.main(tiny_args) == 1
     assert capsys.readouterr().err == (
         "train.py: error: CUDA out of memory. Tried to allocate 2.00 GiB; a smaller --batch-size (--accum-steps keeps "
-        "a step's batch) or --amp bf16 needs less; a resumed run may change --amp, not its batch\n"
+        "a step's batch) or mixed precision (--amp) needs less; a resumed run may change --amp, not its batch\n"
     )

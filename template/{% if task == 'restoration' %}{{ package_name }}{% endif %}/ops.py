@@ -43,18 +43,22 @@ def ssim(
     channel. ValueError unless both are 4-D of one shape with H and W >= window.
     """
     pred, target = _as_float_pair(pred, target)
-    dtype, n, channels, height, width = pred.dtype, *pred.shape
+    dtype, (_, channels, height, width) = pred.dtype, pred.shape
     if pred.device.type != "mps":  # float64 (MPS has none): on CUDA, cuDNN may run a float32 convolution in TF32,
         pred, target = pred.double(), target.double()  # its 10-bit mantissa 0.01 off in an image's SSIM
     if min(height, width) < window:
         raise ValueError(f"ssim needs images of at least {window}x{window} pixels, got {height}x{width}")
     g = gaussian_kernel(window, sigma, pred.dtype).to(pred.device)  # (window,)
-    weight = torch.outer(g, g).expand(channels, 1, window, window)  # (C, 1, window, window): one per channel
+    down = g.view(1, 1, window, 1).expand(channels, 1, -1, -1)  # (C, 1, window, 1): one per channel
+    across = g.view(1, 1, 1, window).expand(channels, 1, -1, -1)  # (C, 1, 1, window)
 
-    # One depthwise convolution filters all five maps at once, stacked along the batch dimension.
-    maps = torch.cat([pred, target, pred * pred, target * target, pred * target])  # (5N, C, H, W)
+    def blur(image: torch.Tensor) -> torch.Tensor:  # (N, C, H, W) -> (N, C, H', W'), each channel on its own
+        # The window is separable: columns, then rows. A CPU convolution unfolds its input once per tap, so one
+        # map at a time, 2 x window taps rather than window^2, keeps whole photographs within memory.
+        return F.conv2d(F.conv2d(image, down, groups=channels), across, groups=channels)
+
     with torch.autocast(pred.device.type, enabled=False):  # autocast would run the convolution in bf16 or fp16
-        mu_x, mu_y, xx, yy, xy = F.conv2d(maps, weight, groups=channels).split(n)  # each (N, C, H', W')
+        mu_x, mu_y, xx, yy, xy = map(blur, (pred, target, pred * pred, target * target, pred * target))
     var_x, var_y, cov_xy = xx - mu_x * mu_x, yy - mu_y * mu_y, xy - mu_x * mu_y  # E[xy] - E[x] E[y]
     c1, c2 = (SSIM_K1 * max_value) ** 2, (SSIM_K2 * max_value) ** 2
     ssim_map = (2 * mu_x * mu_y + c1) * (2 * cov_xy + c2) / ((mu_x**2 + mu_y**2 + c1) * (var_x + var_y + c2))

@@ -175,8 +175,8 @@ def check_same_processes(state: dict[str, Any], world_size: int) -> None:
     if isinstance(saved, list) and len(saved) != world_size:
         raise UsageError(
             f"the run trained with world size {len(saved)}, this launch has {world_size}: the global batch, the "
-            f"steps of an epoch and the learning-rate curve would change; resume it with world size {len(saved)} "
-            "(torchrun's nodes x processes per node), or start a new run"
+            f"steps of an epoch and the learning-rate curve would change; resume it under torchrun with world size "
+            f"{len(saved)} (nodes x processes per node, in a multi_gpu=ddp project), or start a new run"
         )
 
 
