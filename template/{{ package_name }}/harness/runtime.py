@@ -196,9 +196,12 @@ class ArgumentParser(argparse.ArgumentParser):
                 if name in moves and None not in (means, meant):
                     continue  # the data elsewhere (a copy on a node's own disk): the caller checks it is the same
                 flag = action.option_strings[-1]
+                run = f"the run's {_show(value)}"
+                if name not in saved:  # a flag newer than the run, which trained as its default does
+                    run = f"the default {_show(value)} the run trained with (it predates the flag)"
                 raise UsageError(
-                    f"{flag} {_show(now)} differs from the run's {_show(value)}: a resumed run keeps the flags it "
-                    f"was started with; leave out {flag}, or start a new run"
+                    f"{flag} {_show(now)} differs from {run}: a resumed run keeps the flags it was started with; "
+                    f"leave out {flag}, or start a new run"
                 )
             setattr(args, name, value)  # the run's own spelling of it
 
