@@ -75,13 +75,14 @@ def held_out_images(data_dir: Path, fraction: float) -> list[str]:
 
     UsageError for folders named like other splits (valid/, Train/) or like pairs (noisy/ and clean/).
     """
-    if (data_dir / "train").is_dir() or (data_dir / "val").is_dir():
+    folders = sorted(path.name for path in data_dir.glob("*") if path.is_dir() and not is_hidden(path.name))
+    splits = [(data_dir / split).is_dir() for split in ("train", "val")]
+    if folders and {name.lower() for name in folders} <= SPLIT_NAMES and not all(splits):  # train/ and valid/, say
+        raise UsageError(f"{data_dir} holds {', '.join(folders)}: name the splits train/ and val/")
+    if any(splits):
         for split in ("train", "val"):
             refuse_pairs(data_dir / split)
         return []
-    folders = sorted(path.name for path in data_dir.glob("*") if path.is_dir() and not is_hidden(path.name))
-    if folders and {name.lower() for name in folders} <= SPLIT_NAMES:
-        raise UsageError(f"{data_dir} holds {', '.join(folders)}: name the splits train/ and val/")
     refuse_pairs(data_dir)
     paths = [Path(path).relative_to(data_dir).as_posix() for path in image_files(data_dir)]
     if len(paths) < 2:
