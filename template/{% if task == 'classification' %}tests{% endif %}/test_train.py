@@ -244,6 +244,25 @@ def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
     assert (directory / "last.pt").read_bytes() == good
 
 
+def test_weights_that_only_validation_finds_overflowing_stop_the_run_and_keep_the_good_checkpoint(
+    finished, train_script, tmp_path, monkeypatch, capsys
+):
+    directory = shutil.copytree(finished[0], tmp_path / "run")
+    good, real_step, steps = (directory / "last.pt").read_bytes(), train_script.optimizer_step, itertools.count(19)
+
+    def step_to_huge_weights(s, clip):  # step 24, the last of epoch 4: no training step sees its weights
+        real_step(s, clip)
+        if next(steps) == 24:
+            for param in s.model.parameters():
+                param.detach().mul_(1e30)  # finite (a --lr far too high), but the logits overflow
+
+    monkeypatch.setattr(train_script, "optimizer_step", step_to_huge_weights)
+    assert train_script.main(["--epochs", "4", "--resume", str(directory)]) == 1
+    err = capsys.readouterr().err
+    assert re.match(r"train.py: error: the validation loss is (nan|inf) after step 24; the last good checkpoint ", err)
+    assert (directory / "last.pt").read_bytes() == good and len(err.splitlines()) == 1
+
+
 def test_the_same_command_line_again_continues_the_run_and_unreadable_images_are_skipped(
     train_script, test_script, tmp_path, monkeypatch, capfd
 ):
