@@ -256,12 +256,24 @@ positive = functools.partial(in_range, low=0, low_open=True)  # positive(int): a
 non_negative = functools.partial(in_range, low=0)  # non_negative(float): for values >= 0
 
 
-def absolute_path(text: str) -> Path:
-    """An argparse type: the path made absolute (./data is data), so that it names the same file from any folder.
+def path(text: str | os.PathLike) -> Path:
+    """An argparse type for a file or folder: refuses an empty one and a name longer than file systems take.
+
+    Path("") is the current folder; Path.exists() raises on a name too long instead of answering.
+    """
+    if not os.fspath(text).strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    if any(len(os.fsencode(part)) > 255 for part in Path(text).parts):  # NAME_MAX of Linux's and macOS's file systems
+        raise argparse.ArgumentTypeError(f"{text[:60]}...: a name of over 255 bytes, more than a file system takes")
+    return Path(text)
+
+
+def absolute_path(text: str | os.PathLike) -> Path:
+    """An argparse type: path(), made absolute (./data is data), so that it names the same file from any folder.
 
     A symbolic link stays itself: an annexed labels.csv (git-annex, DVC) lists its images beside the link.
     """
-    return Path(os.path.abspath(os.path.expanduser(text)))
+    return Path(os.path.abspath(os.path.expanduser(path(text))))
 
 
 def int_list(text: str) -> tuple[int, ...]:
