@@ -244,10 +244,20 @@ def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
     assert (directory / "last.pt").read_bytes() == good
 
 
+@pytest.mark.parametrize("signalled", [False, True], ids=["", "a-stop-signal-as-it-ends"])
 def test_weights_that_only_validation_finds_overflowing_stop_the_run_and_keep_the_good_checkpoint(
-    finished, train_script, tmp_path, monkeypatch, capsys
+    finished, train_script, tmp_path, monkeypatch, capsys, signalled
 ):
     directory = shutil.copytree(finished[0], tmp_path / "run")
+    evaluate = train_script.task.evaluate
+
+    def evaluate_then_stop(*args, **kwargs):  # a stop signal as that validation ends: no save of what it found
+        report = evaluate(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return report
+
+    if signalled:
+        monkeypatch.setattr(train_script.task, "evaluate", evaluate_then_stop)
     good, real_step, steps = (directory / "last.pt").read_bytes(), train_script.optimizer_step, itertools.count(19)
 
     def step_to_huge_weights(s, clip):  # step 24, the last of epoch 4: no training step sees its weights

@@ -257,15 +257,18 @@ non_negative = functools.partial(in_range, low=0)  # non_negative(float): for va
 
 
 def path(text: str | os.PathLike) -> Path:
-    """An argparse type for a file or folder: refuses an empty one and a name longer than file systems take.
+    """An argparse type for a file or folder: refuses an empty one and one longer than file systems take.
 
     Path("") is the current folder; Path.exists() raises on a name too long instead of answering.
     """
-    if not os.fspath(text).strip():
+    name = os.fspath(text)
+    if not name.strip():
         raise argparse.ArgumentTypeError("an empty path")
-    if any(len(os.fsencode(part)) > 255 for part in Path(text).parts):  # NAME_MAX of Linux's and macOS's file systems
-        raise argparse.ArgumentTypeError(f"{text[:60]}...: a name of over 255 bytes, more than a file system takes")
-    return Path(text)
+    # NAME_MAX of Linux's and macOS's file systems, Linux's PATH_MAX less its NUL
+    if len(os.fsencode(name)) > 4095 or any(len(os.fsencode(part)) > 255 for part in Path(name).parts):
+        limits = "a name 255 bytes, a path 4095"
+        raise argparse.ArgumentTypeError(f"{name[:60]}...: longer than file systems take ({limits})")
+    return Path(name)
 
 
 def absolute_path(text: str | os.PathLike) -> Path:
