@@ -257,9 +257,10 @@ non_negative = functools.partial(in_range, low=0)  # non_negative(float): for va
 
 
 def path(text: str | os.PathLike) -> Path:
-    """An argparse type for a file or folder: refuses an empty one and one longer than file systems take.
+    """An argparse type for a file or folder, ~ expanded: refuses an empty one and one longer than systems take.
 
-    Path("") is the current folder; Path.exists() raises on a name too long instead of answering.
+    No shell expands the ~ of --out=~/x. Path("") is the current folder; Path.exists() raises on a name too long
+    instead of answering.
     """
     name = os.fspath(text)
     if not name.strip():
@@ -268,7 +269,7 @@ def path(text: str | os.PathLike) -> Path:
     if len(os.fsencode(name)) > 4095 or any(len(os.fsencode(part)) > 255 for part in Path(name).parts):
         limits = "a name 255 bytes, a path 4095"
         raise argparse.ArgumentTypeError(f"{name[:60]}...: longer than file systems take ({limits})")
-    return Path(name)
+    return Path(name).expanduser()
 
 
 def absolute_path(text: str | os.PathLike) -> Path:
@@ -276,7 +277,7 @@ def absolute_path(text: str | os.PathLike) -> Path:
 
     A symbolic link stays itself: an annexed labels.csv (git-annex, DVC) lists its images beside the link.
     """
-    return Path(os.path.abspath(os.path.expanduser(path(text))))
+    return Path(os.path.abspath(path(text)))
 
 
 def int_list(text: str) -> tuple[int, ...]:
