@@ -244,20 +244,22 @@ def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
     assert (directory / "last.pt").read_bytes() == good
 
 
-@pytest.mark.parametrize("signalled", [False, True], ids=["", "a-stop-signal-as-it-ends"])
+@pytest.mark.parametrize("signalled", ["", "as-it-ends", "before-its-first-batch"], ids=lambda s: s or "none")
 def test_weights_that_only_validation_finds_overflowing_stop_the_run_and_keep_the_good_checkpoint(
     finished, train_script, tmp_path, monkeypatch, capsys, signalled
 ):
     directory = shutil.copytree(finished[0], tmp_path / "run")
     evaluate = train_script.task.evaluate
 
-    def evaluate_then_stop(*args, **kwargs):  # a stop signal as that validation ends: no save of what it found
+    def evaluate_and_stop(*args, **kwargs):  # a stop signal as that validation starts or ends: no save of its weights
+        if signalled == "before-its-first-batch":  # no batch evaluated: a loss of 0.0, the preview NaN
+            os.kill(os.getpid(), signal.SIGINT)
         report = evaluate(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGINT)
         return report
 
     if signalled:
-        monkeypatch.setattr(train_script.task, "evaluate", evaluate_then_stop)
+        monkeypatch.setattr(train_script.task, "evaluate", evaluate_and_stop)
     good, real_step, steps = (directory / "last.pt").read_bytes(), train_script.optimizer_step, itertools.count(19)
 
     def step_to_huge_weights(s, clip):  # step 24, the last of epoch 4: no training step sees its weights
@@ -269,7 +271,8 @@ def test_weights_that_only_validation_finds_overflowing_stop_the_run_and_keep_th
     monkeypatch.setattr(train_script, "optimizer_step", step_to_huge_weights)
     assert train_script.main(["--epochs", "4", "--resume", str(directory)]) == 1
     err = capsys.readouterr().err
-    assert re.match(r"train.py: error: the validation loss is (nan|inf) after step 24; the last good checkpoint ", err)
+    what = "outputs are not finite" if signalled == "before-its-first-batch" else "loss is (nan|inf)"
+    assert re.match(rf"train.py: error: the validation {what} after step 24; the last good checkpoint ", err)
     assert (directory / "last.pt").read_bytes() == good and len(err.splitlines()) == 1
 
 
