@@ -382,6 +382,7 @@ BAD_INPUTS = [
     (["--device", "tpu"], "is not a device"),
     (["--data-dir", "{tmp}/no-images"], "has a class folder without images"),
     (["--run-name", "../escape"], "must be a plain directory name"),
+    (["--run-name", "r" * 256], "r...: longer than file systems take (a name 255 bytes)"),
     (["--output-dir", "{tmp}", "--run-name", "empty"], "empty already exists; pick another --run-name"),
     (["--seed", "-1"], "--seed: must be in [0, 4294967295]"),
     (["--val-fraction", "0.2"], "--val-fraction acts only with data without a validation split of its own"),

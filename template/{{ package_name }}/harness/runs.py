@@ -33,6 +33,8 @@ def find_run(
         raise UsageError(f"--output-dir {output_dir} {where}, not a directory")
     if run_name is not None and (Path(run_name).name != run_name or run_name in ("", ".", "..")):
         raise UsageError(f"--run-name {run_name!r} must be a plain directory name, without / or ..")
+    if run_name is not None and len(os.fsencode(run_name)) > 255:  # a failed write, later, otherwise
+        raise UsageError(f"--run-name {run_name[:60]}...: longer than file systems take (a name 255 bytes)")
     if auto_resume and (run_name is None or resume is not None):
         raise UsageError("--auto-resume needs a fixed --run-name (and no --resume) to find the run again")
     if resume is not None:
