@@ -492,6 +492,7 @@ def test_a_model_file_moved_before_its_answer_changes_keeps_the_edits_and_gets_t
     assert USER_CLASS in text and USER_COMMENT in text and TEMPLATE_MARK in text and not unmerged(renamed)
     assert TEMPLATE_MARK not in (by_hand / new).read_text() and not (by_hand / MODEL).exists()  # counted deleted
 
+
 def test_update_answers_a_new_question(history, tmp_path):
     project = copy_project(tmp_path / "project", history, "1.0.0")
     update(project, "1.1.0", data={"citation": True})  # copier update -d citation=true
@@ -695,6 +696,15 @@ def test_move_path_refuses_to_move_a_folder_into_itself(tmp_path, monkeypatch):
     write(tmp_path, {"tests/test_a.py": "1\n"})
     assert move_path.main(["tests", "tests/unit"]) == 2
     assert tree(tmp_path) == {"tests/test_a.py": b"1\n"}
+
+
+def test_the_migrations_read_the_answers_file_the_project_keeps(tmp_path):
+    """A project copied with `copier copy -a .my-answers.yml`: every migration reads {package_name} from there."""
+    commands = [migration["command"] for migration in yaml.safe_load((REPO / "copier.yml").read_text())["_migrations"]]
+    assert all(command[-2:] == ["--answers-file", "{{ _copier_conf.answers_file }}"] for command in commands)
+    write(tmp_path, {".my-answers.yml": "package_name: pkg\n", "pkg/runs.py": "mine\n"})
+    result = run_hook(tmp_path, "{package_name}/runs.py", "pkg/harness/runs.py", "--answers-file", ".my-answers.yml")
+    assert result.returncode == 0 and (tmp_path / "pkg" / "harness" / "runs.py").read_text() == "mine\n"
 
 
 def test_move_path_stages_the_move_in_git(tmp_path):
