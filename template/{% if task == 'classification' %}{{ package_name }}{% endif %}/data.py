@@ -42,10 +42,7 @@ class DataSplits(NamedTuple):
 
 
 class ImageFiles(SkipsUnreadable, Dataset):
-    """(path, class index) `samples` under `root` as (image, class index) items, skipping as SkipsUnreadable says.
-
-    Images are read with `channels` (3: RGB, 1: gray).
-    """
+    """(path, class index) `samples` under `root` as (image, class index) items, read with `channels`, or skipped."""
 
     def __init__(
         self,
@@ -192,6 +189,10 @@ def class_folders(root: Path, split: str | None = None, test_set: bool = False) 
     found = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir() and not is_hidden(entry.name))
     if not found:  # hidden folders (.ipynb_checkpoints, __MACOSX) are no classes
         raise UsageError(f"image folder {folder} has no images: no class folder in it")
+    reals = sorted((os.path.realpath(folder / name) + os.sep, name) for name in found)  # one a link to another, or
+    for (real, name), (inner, other) in itertools.pairwise(reals):  # above it: its images would be labelled twice
+        if inner.startswith(real):  # sorted, a folder that holds others is followed by one of them
+            raise UsageError(f"image folder {folder}: class folders {name} and {other} hold the same images (a link)")
     every = [folder / name for name in found]  # a folder linked in from another class (or above it) is that class's
     rows = [(path.relative_to(root).as_posix(), cls.name, split) for cls in every for path in list_images(cls, every)]
     labelled = {label for _, label, _ in rows}  # once, not per class: ImageNet's 1,000 x 1.28M rows took a minute
@@ -294,6 +295,4 @@ def _torchvision_dataset(name: str, data_dir: Path, split: str, transform: v2.Co
             with contextlib.suppress(OSError):  # rmdir refuses a folder with a file in it: that folder stays
                 folder.rmdir()
         reason = (str(err).strip().splitlines() or [type(err).__name__])[-1]  # MNIST's first lines name the mirrors
-        raise UsageError(
-            f"the download of {name} failed ({reason}); check the network, or put the files under {data_dir} yourself"
-        ) from None
+        raise UsageError(f"the download of {name} failed ({reason}); retry, or put its files in {data_dir}") from None

@@ -3,6 +3,7 @@
 import contextlib
 import filecmp
 import hashlib
+import io
 import itertools
 import multiprocessing
 import os
@@ -158,15 +159,18 @@ class UnreadableImageError(UsageError):
 def read_image(path: str, channels: int = 3) -> torch.Tensor:
     """The image at `path` as uint8 (channels, H, W), RGB or gray, decoded whole now and turned as its EXIF says.
 
-    JPEGs are decoded by TorchCodec (twice as fast), as are 16-bit PNGs with colour or alpha; anything else and a file
-    it refuses by PIL: 16-bit and float images are scaled to 8 bits, transparent pixels laid on white.
+    JPEGs are decoded by TorchCodec (twice as fast), as are 16-bit PNGs with colour or alpha; anything else, a turned
+    JPEG and a file it refuses by PIL: 16-bit and float images are scaled to 8 bits, transparent pixels laid on white.
     UnreadableImageError (path, reason) if PIL fails.
     """
     wide, colours = None, 3  # a 16-bit PNG's values (H, W, C) of which PIL keeps the high bytes; C less alpha
     with contextlib.suppress(Exception), open(path, "rb") as file:  # PIL's message below says what is wrong
         data = file.read()
         if data.startswith(b"\xff\xd8\xff"):  # a JPEG's start-of-image marker
-            return decode_jpeg(data, mode="GRAY" if channels == 1 else "RGB")  # turned as its EXIF says
+            with Image.open(io.BytesIO(data)) as header:  # its headers only, 0.04 ms
+                turned = header.getexif().get(0x0112) in range(2, 9)  # a camera's orientation other than upright
+            if not turned:  # TorchCodec misses an orientation behind an XMP segment or stored as a LONG: PIL turns it
+                return decode_jpeg(data, mode="GRAY" if channels == 1 else "RGB")
         if data.startswith(b"\x89PNG") and data[24:26] in (b"\x10\x02", b"\x10\x04", b"\x10\x06"):  # RGB, LA, RGBA
             wide = decode_png(data, mode="UNCHANGED", output_dtype=torch.uint16).permute(1, 2, 0).numpy()  # upright
             colours = 1 if data[25] == 4 else 3
