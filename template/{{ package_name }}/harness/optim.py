@@ -73,15 +73,15 @@ def build_scheduler(
 
     none, step and cosine: stepped after each optimizer step, with a linear warm-up over warmup_epochs (half an
     epoch if None); step decays every step_epochs counted from the first step, warm-up included. plateau: stepped
-    once per epoch with the validation score, after `patience` epochs without progress (plateau_patience(early_stop)
-    if None); `mode`: max when a higher score is better, else min.
+    once per epoch with the validation score, lowered by an epoch without progress (any gain is, as for best.pt)
+    that follows `patience` others (plateau_patience(early_stop) if None); `mode`: max when higher is better.
     One LambdaLR (not a SequentialLR, which saves its curve's length): a resumed run may change --epochs.
     """
     if name == "plateau":
         if warmup_epochs:
             raise UsageError("--scheduler plateau has no warm-up; leave out --warmup-epochs")
         patience = plateau_patience(early_stop) if patience is None else patience
-        return ReduceLROnPlateau(optimizer, mode=mode, factor=gamma, patience=patience)
+        return ReduceLROnPlateau(optimizer, mode=mode, factor=gamma, patience=patience, threshold=0.0)
     total = epochs * steps_per_epoch
     warmup = round((default_warmup(name) if warmup_epochs is None else warmup_epochs) * steps_per_epoch)
     if warmup > total:
