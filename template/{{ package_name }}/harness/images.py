@@ -165,15 +165,16 @@ def read_image(path: str, channels: int = 3) -> torch.Tensor:
     """
     wide, colours = None, 3  # a 16-bit PNG's values (H, W, C) of which PIL keeps the high bytes; C less alpha
     with contextlib.suppress(Exception), open(path, "rb") as file:  # PIL's message below says what is wrong
-        data = file.read()
-        if data.startswith(b"\xff\xd8\xff"):  # a JPEG's start-of-image marker
+        start = file.read(26)  # a JPEG's marker, a PNG's bit depth and colour: the rest is read only to decode here
+        if start.startswith(b"\xff\xd8\xff"):  # a JPEG's start-of-image marker
+            data = start + file.read()
             with Image.open(io.BytesIO(data)) as header:  # its headers only, 0.04 ms
                 turned = header.getexif().get(0x0112) in range(2, 9)  # a camera's orientation other than upright
             if not turned:  # TorchCodec misses an orientation behind an XMP segment or stored as a LONG: PIL turns it
                 return decode_jpeg(data, mode="GRAY" if channels == 1 else "RGB")
-        if data.startswith(b"\x89PNG") and data[24:26] in (b"\x10\x02", b"\x10\x04", b"\x10\x06"):  # RGB, LA, RGBA
-            wide = decode_png(data, mode="UNCHANGED", output_dtype=torch.uint16).permute(1, 2, 0).numpy()  # upright
-            colours = 1 if data[25] == 4 else 3
+        if start.startswith(b"\x89PNG") and start[24:26] in (b"\x10\x02", b"\x10\x04", b"\x10\x06"):  # RGB, LA, RGBA
+            wide = decode_png(start + file.read(), mode="UNCHANGED", output_dtype=torch.uint16)
+            wide, colours = wide.permute(1, 2, 0).numpy(), 1 if start[25] == 4 else 3  # upright
     try:
         if wide is None:
             with Image.open(path) as image:
