@@ -169,12 +169,16 @@ def test_an_unupdated_average_is_not_saved_and_a_resume_after_task_score_changed
     assert torch.load(run / "best.pt", weights_only=True)["run_state"]["score"] == "samples"
     assert torch.load(run / "last.pt", weights_only=True)["ema"] is None  # test.py scores the weights
     assert not records(run, "val_ema") and records(run, "val")
+    state = torch.load(run / "last.pt", weights_only=True)
+    state["scheduler"]["threshold"] = 1e-4  # a run saved before any gain counted as progress (torch's default)
+    torch.save(state, run / "last.pt")
     resumed, _ = train(train_script, ["--resume", str(run), "--epochs", "2", "--patience", "3", "--device", "cpu"])
     assert "val accuracy replaces samples as the score: best.pt and --patience start afresh" in capsys.readouterr().out
     best = torch.load(run / "best.pt", weights_only=True)["run_state"]
     assert (best["epoch"], best["score"]) == (2, "accuracy")
     assert resumed.scheduler.best == best["best_score"] <= 1  # the plateau's best too
     assert (session.scheduler.patience, resumed.scheduler.patience) == (5, 1)  # at most --patience - 2
+    assert resumed.scheduler.threshold == 0  # any gain is progress, as for best.pt
 
 
 @pytest.mark.parametrize("clip", [None, 0.01])

@@ -189,9 +189,9 @@ def class_folders(root: Path, split: str | None = None, test_set: bool = False) 
     found = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir() and not is_hidden(entry.name))
     if not found:  # hidden folders (.ipynb_checkpoints, __MACOSX) are no classes
         raise UsageError(f"image folder {folder} has no images: no class folder in it")
-    reals = sorted((os.path.realpath(folder / name) + os.sep, name) for name in found)  # one a link to another, or
-    for (real, name), (inner, other) in itertools.pairwise(reals):  # above it: its images would be labelled twice
-        if inner.startswith(real):  # sorted, a folder that holds others is followed by one of them
+    reals = sorted((os.path.join(os.path.realpath(folder / name), ""), name) for name in found)  # "/" ends each
+    for (real, name), (inner, other) in itertools.pairwise(reals):  # a class linked to another, or above it: its
+        if inner.startswith(real):  # images labelled twice (sorted, a folder that holds others is followed by one)
             raise UsageError(f"image folder {folder}: class folders {name} and {other} hold the same images (a link)")
     every = [folder / name for name in found]  # a folder linked in from another class (or above it) is that class's
     rows = [(path.relative_to(root).as_posix(), cls.name, split) for cls in every for path in list_images(cls, every)]
@@ -295,4 +295,4 @@ def _torchvision_dataset(name: str, data_dir: Path, split: str, transform: v2.Co
             with contextlib.suppress(OSError):  # rmdir refuses a folder with a file in it: that folder stays
                 folder.rmdir()
         reason = (str(err).strip().splitlines() or [type(err).__name__])[-1]  # MNIST's first lines name the mirrors
-        raise UsageError(f"the download of {name} failed ({reason}); retry, or put its files in {data_dir}") from None
+        raise UsageError(f"the download of {name} failed ({reason}); put it under {data_dir} yourself") from None

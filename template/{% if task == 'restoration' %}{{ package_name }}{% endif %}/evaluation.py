@@ -103,14 +103,15 @@ def predict(
     channels_last: bool = False,
     tiling: Tiling | None = None,
 ) -> torch.Tensor:
-    """restore()'s result in eval mode (the model's mode then restored): on the CPU, clamped to [0, 1]."""
+    """restore()'s result in eval mode (the model's mode then restored): on the CPU, clamped to [0, 1], NaN where
+    the model's output is not finite."""
     was_training = model.training
     model.eval()
     if tiling is None:  # in tiles, only one tile at a time is on the device
         images = images.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     restored = restore(model, images, autocast, tiling, device)  # (N, 3, H, W)
     model.train(was_training)
-    return restored.clamp(0.0, 1.0).cpu()
+    return restored.clamp(0.0, 1.0).where(restored.isfinite(), torch.nan).cpu()  # an overflow stays one: train.py's
 
 
 def preview_batch(dataset: Dataset, count: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
