@@ -4,6 +4,7 @@ The dataparallel renderings use other names for the project, the package and the
 nothing in the generated code or its tests depends on the defaults. Run: pytest tests/test_render.py
 """
 
+import fnmatch
 import re
 import subprocess
 import sys
@@ -71,10 +72,11 @@ def test_layout(project, tmp_path):
     assert len(room) <= 12, room
     harness = {p.stem for p in (package / "harness").glob("*.py")}
     assert {"checkpoint", "runs", "runtime", "tracking", "loaders", "samplers", "images", "downloads"} <= harness
-    # `pip install .` installs exactly the packages pyproject.toml names: every folder of the package.
-    packages = re.search(r"^packages = (\[.*\])$", (project / "pyproject.toml").read_text(), re.MULTILINE)
+    # `pip install .` installs the packages pyproject.toml's patterns find: every folder of the package, one added too.
+    include = re.search(r"^include = (\[.*?\])", (project / "pyproject.toml").read_text(), re.MULTILINE).group(1)
     folders = {".".join(p.parent.relative_to(project).parts) for p in package.rglob("__init__.py")}
-    assert set(yaml.safe_load(packages.group(1))) == folders
+    found = lambda name: any(fnmatch.fnmatchcase(name, pattern) for pattern in yaml.safe_load(include))  # noqa: E731
+    assert all(map(found, [*folders, f"{package.name}.models"])) and not found("tests.harness")
     # The tests mirror the split: the harness's tests in tests/harness/.
     assert {"test_checkpoint", "test_runs", "test_runtime", "test_samplers"} <= {
         p.stem for p in (project / "tests" / "harness").glob("*.py")

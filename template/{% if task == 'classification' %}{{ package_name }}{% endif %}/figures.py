@@ -48,6 +48,8 @@ def prediction_grid(
 ) -> Image.Image:
     """Model inputs (N, C, H, W) as a grid of TILE-pixel tiles captioned with true and predicted class, wrong in red."""
     font, tiles, classes = ImageFont.load_default(), [], drawable(classes)
+    if len({name[:NAME_LENGTH] for name in classes}) < len(classes):  # names that begin alike: numbered, as classes are
+        classes = [f"{i} {name}" for i, name in enumerate(classes)]
     rows = zip(displayable(images, prep), targets.tolist(), predictions.tolist(), confidence.tolist(), strict=True)
     for image, true, predicted, probability in rows:
         resample = Image.Resampling.NEAREST if image.shape[-1] <= TILE else Image.Resampling.BILINEAR
@@ -56,12 +58,20 @@ def prediction_grid(
         colour = WRONG if true != predicted else RIGHT
         tile.paste(WRONG if true != predicted else "white", (0, 0, TILE + 4, TILE + 4))  # the border
         tile.paste(picture, (2, 2))
-        caption = (f"true {classes[true][:NAME_LENGTH]}", f"pred {classes[predicted][:NAME_LENGTH]} {probability:.2f}")
+        caption = (fit(font, "true", classes[true]), fit(font, "pred", classes[predicted], f" {probability:.2f}"))
         for row, text in enumerate(caption):
             ImageDraw.Draw(tile).text((2, TILE + 4 + row * LINE), text, fill=colour, font=font)
         tiles.append(pil_to_tensor(tile))  # (3, h, w) uint8
     grid = make_grid(tiles, nrow=columns, padding=4, pad_value=255)  # (3, H, W) uint8
     return Image.fromarray(grid.permute(1, 2, 0).numpy())
+
+
+def fit(font: ImageFont.ImageFont, label: str, name: str, end: str = "") -> str:
+    """`label` `name` `end` within a tile's width: the name cut (to NAME_LENGTH letters at most), `end` kept whole."""
+    name = name[:NAME_LENGTH]
+    while name and font.getlength(f"{label} {name}{end}") > TILE + 2:
+        name = name[:-1]
+    return f"{label} {name}{end}"
 
 
 def confusion_image(confusion: torch.Tensor, names: list[str]) -> Image.Image:

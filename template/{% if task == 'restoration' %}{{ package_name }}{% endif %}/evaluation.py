@@ -103,8 +103,7 @@ def predict(
     channels_last: bool = False,
     tiling: Tiling | None = None,
 ) -> torch.Tensor:
-    """restore()'s result in eval mode (the model's mode then restored): on the CPU, clamped to [0, 1], NaN where
-    the model's output is not finite."""
+    """restore()'s result in eval mode (then the model's mode back) on the CPU, in [0, 1]; NaN where not finite."""
     was_training = model.training
     model.eval()
     if tiling is None:  # in tiles, only one tile at a time is on the device

@@ -20,7 +20,7 @@ def captions(count: int, psnrs: tuple[Sequence[float], Sequence[float]] | None =
     before, after = ([float(value) for value in values] for values in psnrs)
     if not len(before) == len(after) == count:
         raise ValueError(f"psnrs need {count} values each, got {len(before)} and {len(after)}")
-    return [f"input {b:.2f} dB -> {a:.2f} dB ({a - b:+.2f})" for b, a in zip(before, after, strict=True)]
+    return [f"input {b:.2f} dB -> {a:.2f} dB ({a - b:+z.2f})" for b, a in zip(before, after, strict=True)]
 
 
 def strips(

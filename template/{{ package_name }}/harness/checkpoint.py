@@ -139,8 +139,9 @@ def epoch_checkpoints(run_dir: Path, up_to: float = math.inf) -> list[Path]:
     return [path for n, path in sorted(numbered) if n <= up_to]
 
 
-def resolve(path: Path) -> Path:
-    """A checkpoint file, or last.pt inside a run directory."""
+def resolve(path: str | os.PathLike) -> Path:
+    """A checkpoint file, or last.pt inside a run directory (a str too: a notebook's "runs/x/best.pt")."""
+    path = Path(path)
     if path.is_dir():
         path = path / "last.pt"
     if not path.is_file():
@@ -152,7 +153,7 @@ def resolve(path: Path) -> Path:
 CHECKPOINT_KEYS = {"model", "model_name", "model_config", "classes", "args"}  # in every train.py checkpoint
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: str | os.PathLike) -> dict[str, Any]:
     """Read a checkpoint written by train.py (a file, or a run directory's last.pt); UsageError if unusable.
 
     Its tensors stay on the CPU: the scripts move the model alone to the device, not the optimizer's state.
