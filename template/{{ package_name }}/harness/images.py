@@ -191,9 +191,10 @@ def read_image(path: str, channels: int = 3) -> torch.Tensor:
         start = file.read(26)  # a JPEG's marker, a PNG's bit depth and colour: the rest is read only to decode here
         if start.startswith(b"\xff\xd8\xff"):  # a JPEG's start-of-image marker
             data = start + file.read()
-            with JpegImagePlugin.JpegImageFile(io.BytesIO(data)) as header:  # its headers, 0.04 ms (no size limit)
-                turn = ORIENTATIONS.get(header.getexif().get(0x0112))  # a camera's, read by PIL: TorchCodec misses
-            mode = "GRAY" if channels == 1 else "RGB"  # one behind an XMP segment or stored as a LONG
+            # The camera's orientation, read by PIL (TorchCodec misses one after an XMP segment or stored as a LONG)
+            with JpegImagePlugin.JpegImageFile(io.BytesIO(data)) as header:  # the headers alone: 0.04 ms, any size
+                turn = ORIENTATIONS.get(header.getexif().get(0x0112))
+            mode = "GRAY" if channels == 1 else "RGB"
             return decode_jpeg(data, mode=mode) if turn is None else turn(decode_jpeg(without_exif(data), mode=mode))
         if start.startswith(b"\x89PNG") and start[24:26] in (b"\x10\x02", b"\x10\x04", b"\x10\x06"):  # RGB, LA, RGBA
             wide = decode_png(start + file.read(), mode="UNCHANGED", output_dtype=torch.uint16)
