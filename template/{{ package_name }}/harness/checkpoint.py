@@ -105,6 +105,8 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
 
 def check_writable(path: Path, what: str) -> None:
     """Make `path`'s folder and check that it takes a new file; UsageError if not. Before the work `path` is for."""
+    if path.is_dir():
+        raise UsageError(f"cannot write {what}: {path} is a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=path.parent).close()  # a read-only folder or disk: refused now, not after the work
