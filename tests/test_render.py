@@ -73,7 +73,8 @@ def test_layout(project, tmp_path):
     harness = {p.stem for p in (package / "harness").glob("*.py")}
     assert {"checkpoint", "runs", "runtime", "tracking", "loaders", "samplers", "images", "downloads"} <= harness
     # `pip install .` installs the packages pyproject.toml's patterns find: every folder of the package, one added too.
-    include = re.search(r"^include = (\[.*?\])", (project / "pyproject.toml").read_text(), re.MULTILINE).group(1)
+    pyproject = (project / "pyproject.toml").read_text()
+    include = re.search(r"^\[tool\.setuptools\.packages\.find\]\ninclude = (\[.*?\])", pyproject, re.M).group(1)
     folders = {".".join(p.parent.relative_to(project).parts) for p in package.rglob("__init__.py")}
     found = lambda name: any(fnmatch.fnmatchcase(name, pattern) for pattern in yaml.safe_load(include))  # noqa: E731
     assert all(map(found, [*folders, f"{package.name}.models"])) and not found("tests.harness")

@@ -48,7 +48,7 @@ def prediction_grid(
 ) -> Image.Image:
     """Model inputs (N, C, H, W) as a grid of TILE-pixel tiles captioned with true and predicted class, wrong in red."""
     font, tiles, classes = ImageFont.load_default(), [], drawable(classes)
-    if len({name[:NAME_LENGTH] for name in classes}) < len(classes):  # names that begin alike: numbered, as classes are
+    if len({fit(font, "pred", name, " 0.00") for name in classes}) < len(classes):  # alike as cut: numbered
         classes = [f"{i} {name}" for i, name in enumerate(classes)]
     rows = zip(displayable(images, prep), targets.tolist(), predictions.tolist(), confidence.tolist(), strict=True)
     for image, true, predicted, probability in rows:
@@ -66,7 +66,7 @@ def prediction_grid(
     return Image.fromarray(grid.permute(1, 2, 0).numpy())
 
 
-def fit(font: ImageFont.ImageFont, label: str, name: str, end: str = "") -> str:
+def fit(font: ImageFont.ImageFont | ImageFont.FreeTypeFont, label: str, name: str, end: str = "") -> str:
     """`label` `name` `end` within a tile's width: the name cut (to NAME_LENGTH letters at most), `end` kept whole."""
     name = name[:NAME_LENGTH]
     while name and font.getlength(f"{label} {name}{end}") > TILE + 2:

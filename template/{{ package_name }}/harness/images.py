@@ -169,14 +169,22 @@ ORIENTATIONS: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 def without_exif(jpeg: bytes) -> bytes:
-    """A JPEG's bytes less its EXIF segments (APP1 "Exif"), whose orientation TorchCodec would apply too."""
+    """A JPEG's bytes less its EXIF segments, which TorchCodec turns by too; ValueError where headers do not parse."""
     kept, at = [jpeg[:2]], 2
-    while jpeg[at] == 0xFF and jpeg[at + 1] not in (0xD9, 0xDA):  # the segments before the image data
-        end = at + 2 + int.from_bytes(jpeg[at + 2 : at + 4], "big")
-        if jpeg[at + 1] != 0xE1 or jpeg[at + 4 : at + 10] != b"Exif\0\0":
-            kept.append(jpeg[at:end])
-        at = end
-    return b"".join(kept) + jpeg[at:]
+    while True:
+        if jpeg[at] != 0xFF:
+            raise ValueError(f"no marker at byte {at}")
+        if jpeg[at + 1] == 0xFF:  # a fill byte before a marker (T.81 allows any number)
+            at += 1
+        elif jpeg[at + 1] in (0xD9, 0xDA):  # the image data: every segment before it read
+            return b"".join(kept) + jpeg[at:]
+        else:
+            end = at + 2 + int.from_bytes(jpeg[at + 2 : at + 4], "big")
+            if end < at + 4:
+                raise ValueError(f"a segment shorter than its length field at byte {at}")
+            if jpeg[at + 1] != 0xE1 or jpeg[at + 4 : at + 10] != b"Exif\0\0":  # APP1 "Exif": left out
+                kept.append(jpeg[at:end])
+            at = end
 
 
 def read_image(path: str, channels: int = 3) -> torch.Tensor:
