@@ -350,6 +350,10 @@ NEAR_MISSES = {
             return DataLoader(dataset)
 
 
+        def pixels(dataset) -> torch.Tensor:
+            return dataset.data  # a torchvision dataset's array (MNIST's)
+
+
         def on_gpu() -> bool:
             return torch.cuda.is_available()
     """),

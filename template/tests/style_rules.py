@@ -13,7 +13,8 @@ MODEL_PARTS = ("layers", "networks", "losses", "ops")
 # the harness subpackage. Add your own such module here; never a model part.
 INFRASTRUCTURE = ("data", "transforms", "figures", "pretrained", "evaluation", "task", "degradations", "harness")
 HARNESS = "harness"  # the subpackage that trains, checkpoints and scales the model: it imports nothing above it
-# Imports point one way: ops -> layers -> networks -> the model file; losses -> the model file.
+# Imports point one way: ops -> layers -> networks -> the model file; losses -> the model file. A module of your
+# own for the model (attention.py, say): give it an entry of what it may import, and name it in its importers'.
 MAY_IMPORT = {"ops": (), "layers": ("ops",), "networks": ("layers", "ops"), "losses": ("layers", "networks", "ops")}
 # Calls that only build a constant, allowed at the top level of a script.
 INERT_CALLS = {"frozenset", "set", "tuple", "list", "dict", "range", "sorted", "pathlib.Path", "logging.getLogger"}
@@ -238,7 +239,8 @@ class Rules(Project):
         for src, module, line in self.imports(*order):
             top, allowed = module.split(".")[0], order[src.top]
             if top and top != src.top and top not in allowed:  # a model part split into files imports its own
-                yield src.path, line, f"{src.module} imports {top}; it may import {', '.join(allowed) or 'none of it'}"
+                may = ", ".join(allowed) or "none of it"
+                yield src.path, line, f"{src.module} imports {top}; MAY_IMPORT lets it import {may}"
         scripts = {Path(s.path).stem for s in self.files(SCRIPTS)}
         for src in self.files():
             for name, line in src.imported:
@@ -327,7 +329,8 @@ class Rules(Project):
                 root = root.value
             imported = isinstance(root, ast.Name) and root.id in src.names  # torch.utils.data is a module
             flags = isinstance(node.value, ast.Name) and node.value.id in ("args", "opts", "cfg", "config", "hparams")
-            if node.attr == "data" and key(node) != "self.data" and not imported and not flags:
+            dataset = "dataset" in key(node.value)  # a torchvision dataset's array: MNIST's, CIFAR10's
+            if node.attr == "data" and key(node) != "self.data" and not (imported or flags or dataset):
                 yield src.path, node.lineno, f"{short(node)}; use .detach() or torch.no_grad()"
 
     def no_cuda_call(self) -> Found:

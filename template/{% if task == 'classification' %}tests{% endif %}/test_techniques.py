@@ -12,10 +12,11 @@ import torch.nn.functional as F
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
-from conftest import build_model, records, run_dir, without
+from conftest import CLASSES, build_model, records, run_dir, without
 
-# What a stand-in for train.validate() returns: the shapes' 6 classes, the 16 preview images.
-VALIDATED = {"loss": 1.0, "samples": 40, "confusion_matrix": [[0] * 6] * 6, "preview": torch.full((16, 6), 1 / 6)}
+# What a stand-in for train.validate() returns (besides task.SCORE): the shapes' classes, the 16 preview images.
+VALIDATED = {"loss": 1.0, "accuracy": 0.5, "samples": 40, "confusion_matrix": [[0] * CLASSES] * CLASSES}
+VALIDATED["preview"] = torch.full((16, CLASSES), 1 / CLASSES)
 SGD = ["--optimizer", "sgd", "--momentum", "0", "--weight-decay", "0", "--scheduler", "none", "--warmup-epochs", "0"]
 
 
@@ -104,7 +105,7 @@ def test_bf16_channels_last_and_mixup_feed_smoothed_soft_targets_to_the_loss(tra
     conv_weights = [p for p in session.model.parameters() if p.ndim == 4]
     assert conv_weights and all(p.is_contiguous(memory_format=torch.channels_last) for p in conv_weights)
     images, targets = next(iter(session.train_loader))
-    assert images.shape == (16, 3, 16, 16) and targets.shape == (16, 6) and targets.dtype == torch.float32
+    assert images.shape == (16, 3, 16, 16) and targets.shape == (16, CLASSES) and targets.dtype == torch.float32
     assert (targets.max(dim=1).values < 1).any()  # mixed (their sums and smoothing: test_data.py, test_losses.py)
 
 
@@ -173,9 +174,10 @@ def test_an_unupdated_average_is_not_saved_and_a_resume_after_task_score_changed
     state["scheduler"]["threshold"] = 1e-4  # a run saved before any gain counted as progress (torch's default)
     torch.save(state, run / "last.pt")
     resumed, _ = train(train_script, ["--resume", str(run), "--epochs", "2", "--patience", "3", "--device", "cpu"])
-    assert "val accuracy replaces samples as the score: best.pt and --patience start afresh" in capsys.readouterr().out
+    score = train_script.task.SCORE
+    assert f"val {score} replaces samples as the score: best.pt and --patience start afresh" in capsys.readouterr().out
     best = torch.load(run / "best.pt", weights_only=True)["run_state"]
-    assert (best["epoch"], best["score"]) == (2, "accuracy")
+    assert (best["epoch"], best["score"]) == (2, score)
     assert resumed.scheduler.best == best["best_score"] <= 1  # the plateau's best too
     assert (session.scheduler.patience, resumed.scheduler.patience) == (5, 1)  # at most --patience - 2
     assert resumed.scheduler.threshold == 0  # any gain is progress, as for best.pt
