@@ -221,6 +221,7 @@ BAD = [
     ("no-variable", "<pkg>/ops.py", "import torch\n\n\ndef wrap(x):\n    return torch.autograd.Variable(x)  # <-\n"),
     ("no-dot-data", "<pkg>/ops.py", "def snapshot(model):\n    return [p.data for p in model.parameters()]  # <-\n"),
     ("no-dot-data", "<pkg>/ops.py", "import torch\n\n\ndef zeros():\n    return torch.zeros(3).data  # <-\n"),
+    ("no-dot-data", "<pkg>/ops.py", "def scale(dataset_tensor):\n    return dataset_tensor.data  # <-\n"),
     ("no-cuda-call", "<pkg>/layers.py", "def to_gpu(x):\n    return x.cuda()  # <-\n"),
     ("no-cuda-call", "<pkg>/ops.py", code("""
         import torch
@@ -350,8 +351,8 @@ NEAR_MISSES = {
             return DataLoader(dataset)
 
 
-        def pixels(dataset) -> torch.Tensor:
-            return dataset.data  # a torchvision dataset's array (MNIST's)
+        def pixels(dataset, train_set, loader: DataLoader) -> tuple:
+            return dataset.data, train_set.data, loader.dataset.data  # a torchvision dataset's array (MNIST's)
 
 
         def on_gpu() -> bool:
@@ -455,6 +456,18 @@ def test_rules_read_what_python_reads_and_a_model_part_made_a_package(tmp_path):
     shown = "torch.backends.cuda.matmul.allow_fp16_reduced_precision_r..."  # 57 characters and ...
     expected = f"no-import-time-work: train.py:3: runs at import: {shown}; move it into main()"
     assert check(make_project(tmp_path, {"train.py": flag + MAIN})) == [expected]
+
+
+def test_a_module_of_the_users_in_may_import_is_imported_and_checked(tmp_path, monkeypatch):
+    monkeypatch.setitem(style_rules.MAY_IMPORT, "attention", ("ops",))
+    users = {"<pkg>/attention.py": "from .ops import softmax\n", "<pkg>/<model>.py": "from .attention import Block\n"}
+    users["<pkg>/networks.py"] = "from .attention import Block\n"
+    [found] = check(make_project(tmp_path, users))  # the model file may import it; networks, once its entry names it
+    assert found.startswith(f"imports-point-one-way: {PACKAGE}/networks.py:1: networks imports attention;")
+    monkeypatch.setitem(style_rules.MAY_IMPORT, "networks", ("attention", "layers", "ops"))
+    assert check(make_project(tmp_path, users)) == []
+    [found] = check(make_project(tmp_path, {**users, "<pkg>/attention.py": "from .networks import Net\n"}))
+    assert found.endswith("attention imports networks; MAY_IMPORT lets it import ops")
 
 
 def test_a_missing_model_file_says_where_a_renamed_one_is_named(tmp_path):

@@ -235,11 +235,11 @@ class Rules(Project):
 
     def imports_point_one_way(self) -> Found:
         """Imports point one way: ops -> layers -> networks -> model file; losses -> model file; none a script."""
-        order = {**MAY_IMPORT, self.model_module: MODEL_PARTS}
+        order = {**MAY_IMPORT, self.model_module: tuple(MAY_IMPORT)}  # the model file: any of them
         for src, module, line in self.imports(*order):
             top, allowed = module.split(".")[0], order[src.top]
             if top and top != src.top and top not in allowed:  # a model part split into files imports its own
-                may = ", ".join(allowed) or "none of it"
+                may = ", ".join(allowed) or "no module of the package"
                 yield src.path, line, f"{src.module} imports {top}; MAY_IMPORT lets it import {may}"
         scripts = {Path(s.path).stem for s in self.files(SCRIPTS)}
         for src in self.files():
@@ -329,7 +329,8 @@ class Rules(Project):
                 root = root.value
             imported = isinstance(root, ast.Name) and root.id in src.names  # torch.utils.data is a module
             flags = isinstance(node.value, ast.Name) and node.value.id in ("args", "opts", "cfg", "config", "hparams")
-            dataset = "dataset" in key(node.value)  # a torchvision dataset's array: MNIST's, CIFAR10's
+            owner = node.value.attr if isinstance(node.value, ast.Attribute) else getattr(node.value, "id", "")
+            dataset = owner == "dataset" or owner.endswith(("_dataset", "_set"))  # torchvision's MNIST.data, ...
             if node.attr == "data" and key(node) != "self.data" and not (imported or flags or dataset):
                 yield src.path, node.lineno, f"{short(node)}; use .detach() or torch.no_grad()"
 
