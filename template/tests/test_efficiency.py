@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, records, run_one_epoch
+from conftest import ROOT, records
 
 STEPS, LOG_INTERVAL = 18, 6  # three log lines, three efficiencies to check
 DATA_DELAY = 0.04  # seconds of sleep per batch, in the loader: a slow disk
@@ -70,7 +70,8 @@ def test_reported_efficiency_matches_an_independent_clock(train_script, tiny_arg
 
     monkeypatch.setattr(train_script.loaders, "background_batches", timed_batches)
     logged.append(time.perf_counter())
-    assert run_one_epoch(train_script, session, state, args)
+    with train_script.runtime.StopSignal() as stop:  # train_one_epoch() as fit() calls it
+        assert train_script.train_one_epoch(session, state, args, stop)
     validated = train_script.validate(session, args, session.wrapped, train_script.runtime.StopSignal())
     session.logger.close()
 
@@ -142,8 +143,8 @@ def test_the_loop_reads_the_device_only_to_log_and_keeps_no_graph(train_script, 
     sizes = []
     session.model.register_forward_hook(lambda *_: sizes.append(autograd_graph_size()))
     reads = HostReads()
-    with reads:
-        assert run_one_epoch(train_script, session, state, args)
+    with reads, train_script.runtime.StopSignal() as stop:
+        assert train_script.train_one_epoch(session, state, args, stop)
     session.logger.close()
     assert state.global_step == 9
     assert len(reads.sites) == 9 // 3 and len(set(reads.sites)) == 1, reads.sites
