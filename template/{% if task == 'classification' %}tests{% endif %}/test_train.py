@@ -6,6 +6,7 @@ import errno
 import io
 import itertools
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -314,6 +315,12 @@ def test_the_same_command_line_again_continues_the_run_and_unreadable_images_are
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["samples"] == 8 and list(map(os.path.relpath, report["unreadable_files"])) == [str(bad[2])]
     assert "skipped 1 unreadable image files" in capfd.readouterr().out
+    # --strict-data in this process (a notebook's): a worker's error ends the loaders' workers, not the collector later
+    workers = set(multiprocessing.active_children())
+    assert test_script.main(["runs/job-17", "--device", "cpu", "--strict-data"]) == 2
+    bad[2].unlink()  # validation readable: train.py's workers meet train/'s unreadable files
+    assert train_script.main([*argv[:-2], "strict", "--strict-data"]) == 2
+    assert set(multiprocessing.active_children()) <= workers
 
 
 @pytest.mark.parametrize("where", ["checkpoint", "checkpoint copy", "metrics.jsonl", "TensorBoard", "args.json"])
