@@ -315,12 +315,20 @@ def test_the_same_command_line_again_continues_the_run_and_unreadable_images_are
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["samples"] == 8 and list(map(os.path.relpath, report["unreadable_files"])) == [str(bad[2])]
     assert "skipped 1 unreadable image files" in capfd.readouterr().out
-    # --strict-data in this process (a notebook's): a worker's error ends the loaders' workers, not the collector later
-    workers = set(multiprocessing.active_children())
-    assert test_script.main(["runs/job-17", "--device", "cpu", "--strict-data"]) == 2
+    # In this process (a notebook's), an error ends the loaders' workers with it, not when the collector frees them.
+    workers, strict = set(multiprocessing.active_children()), "--strict-data stops at the first unreadable file\n"
+    assert test_script.main(["runs/job-17", "--device", "cpu", "--strict-data"]) == 2  # in a worker
+    assert capfd.readouterr().err.endswith(strict) and set(multiprocessing.active_children()) <= workers
     bad[2].unlink()  # validation readable: train.py's workers meet train/'s unreadable files
     assert train_script.main([*argv[:-2], "strict", "--strict-data"]) == 2
-    assert set(multiprocessing.active_children()) <= workers
+    assert capfd.readouterr().err.endswith(strict) and set(multiprocessing.active_children()) <= workers
+
+    def read_only(*args, **kwargs):  # a new error each time: mock's side_effect would hold one, and its frames
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    assert train_script.main([*argv[:-2], "read-only"]) == 1  # rank 0's error, shared; validation's workers started
+    assert "(Permission denied)" in capfd.readouterr().err and set(multiprocessing.active_children()) <= workers
 
 
 @pytest.mark.parametrize("where", ["checkpoint", "checkpoint copy", "metrics.jsonl", "TensorBoard", "args.json"])
