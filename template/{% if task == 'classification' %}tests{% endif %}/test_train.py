@@ -280,7 +280,8 @@ def test_weights_that_only_validation_finds_overflowing_stop_the_run_and_keep_th
 def test_the_same_command_line_again_continues_the_run_and_unreadable_images_are_skipped(
     train_script, test_script, tmp_path, monkeypatch, capfd
 ):
-    """A requeued job (slurm.sbatch's, say); unreadable files named once, counted and skipped, by test.py too."""
+    """A requeued job (slurm.sbatch's, say); unreadable files named once, counted and skipped, by test.py too; an
+    error in-process (--strict-data's) ends the loaders' workers with it."""
     monkeypatch.chdir(tmp_path)  # relative paths, as the flag gives them
     rng, data = np.random.default_rng(0), Path("data")  # {train,val}/{dark,light}/: 8 and 4 images, 3 unreadable ones
     for (split, count), (name, low) in itertools.product((("train", 8), ("val", 4)), (("dark", 0), ("light", 160))):
