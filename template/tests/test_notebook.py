@@ -39,7 +39,8 @@ def run_notebook(project) -> list:
     # No kernelspec directories: "python3" is then ipykernel's native spec, this interpreter's.
     kernel = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[]))
     where = {"metadata": {"path": str(project / "notebooks")}}  # the kernel's working directory
-    NotebookClient(notebook, km=kernel, timeout=120, resources=where).execute()
+    # cleanup_kc: shut the kernel down and delete its connection file in /tmp (left to the caller who passes km)
+    NotebookClient(notebook, km=kernel, timeout=120, resources=where).execute(cleanup_kc=True)
     return notebook.cells
 
 
