@@ -85,6 +85,7 @@ def test_a_run_writes_its_files_and_pictures_and_test_py_evaluates_the_moving_av
     directory, out = finished
     assert '"batch_size": 16' in out  # the arguments are printed at start
     score = train_script.task.SCORE  # accuracy, or what a researcher chose
+    assert score in train_script.task.LOGGED, "task.py: put SCORE in LOGGED, or metrics.jsonl leaves out the score"
     assert "efficiency" in out and f"best val {score}" in out and out.count(f"EMA val {score}") == 3
     names = {p.name for p in directory.iterdir()}
     assert {"args.json", "environment.json", "metrics.jsonl", "last.pt", "best.pt"} <= names
