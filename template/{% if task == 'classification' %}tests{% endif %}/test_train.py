@@ -217,6 +217,15 @@ def test_a_signal_during_validation_ends_it_and_the_resumed_run_validates(train_
     assert [r["epoch"] for r in records(run, "val")] == [1, 2]  # none lost: a resume trims the rows after last.pt
 
 
+def test_the_reports_of_the_average_and_of_the_trained_weights_are_kept_apart(finished, test_script, tmp_path):
+    """test.py names its --no-ema report apart from the moving average's (the default), which stays."""
+    best = shutil.copy(finished[0] / "best.pt", tmp_path)
+    for extra in ([], ["--no-ema"]):
+        assert test_script.main([str(best), "--device", "cpu", *extra]) == 0
+    reports = {name: json.loads((tmp_path / f"best.pt{name}.eval.json").read_text()) for name in ("", ".no-ema")}
+    assert {name: report["weights"] for name, report in reports.items()} == {"": "ema", ".no-ema": "model"}
+
+
 @pytest.mark.parametrize(
     ("signal_at", "message"),  # the steps of this run: 1 is step 19, 2 step 20; the log step is 20, or 50
     [(None, "loss is nan at step 20"), (2, "loss is nan at step 20"), (1, "the weights are not finite after step 19")],

@@ -126,8 +126,8 @@ def validated_past(run_dir: Path, steps: int) -> bool:
     """Whether metrics.jsonl has an epoch validated past `steps`: the run went on after a checkpoint of that many.
 
     Where last.pt is missing, none means a job stopped between writing best.pt and last.pt at its first epoch (an
-    epoch is logged before it is saved), or stopped again before the next epoch ended; a later epoch, a last.pt
-    deleted or moved aside: --auto-resume refuses.
+    epoch is logged before it is saved), or stopped again before the next epoch ended, or a kept epoch-<N>.pt of
+    the last epoch: --auto-resume resumes it; a later epoch validated (last.pt deleted or moved aside): it refuses.
     """
     with contextlib.suppress(OSError):
         for row in (run_dir / "metrics.jsonl").read_text().splitlines():
