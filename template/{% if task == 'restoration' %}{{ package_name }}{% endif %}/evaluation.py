@@ -79,7 +79,7 @@ def scored_view(images: torch.Tensor, crop_border: int = 0, y_channel: bool = Fa
     height, width = images.shape[-2:]
     if min(height, width) - 2 * crop_border < SSIM_WINDOW:
         less = f" less a {crop_border}-pixel border" if crop_border else ""
-        raise UsageError(f"{height}x{width} images{less} are smaller than the {SSIM_WINDOW}x{SSIM_WINDOW} SSIM needs")
+        raise UsageError(f"{width}x{height} images{less} are smaller than the {SSIM_WINDOW}x{SSIM_WINDOW} SSIM needs")
     images = images[..., crop_border : height - crop_border, crop_border : width - crop_border]  # (N, 3, H', W')
     if y_channel:
         weights = torch.tensor(LUMA_WEIGHTS, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
