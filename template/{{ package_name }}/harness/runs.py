@@ -222,12 +222,6 @@ def check_val_files(val_files: str | None, saved: dict[str, Any], then: str) -> 
         raise UsageError(f"the data's validation images are not the run's: {why}; {then}")
 
 
-def check_not_in_data(run_dir: Path, data_dir: Path | None) -> None:
-    """UsageError for a run directory inside the data: its files would be read as data (a class, photos)."""
-    if data_dir is not None and run_dir.resolve().is_relative_to(Path(data_dir).resolve()):  # links resolved
-        raise UsageError(f"the run directory {run_dir} lies in --data-dir {data_dir}: its files would be read as data")
-
-
 def what_is_kept(run_dir: Path, then: str = "free some space and resume") -> str:
     """After a failed write or a stop: the intact checkpoint (last.pt, else epoch 1's best.pt) and how to go on."""
     if not (kept := [path for path in (run_dir / "last.pt", run_dir / "best.pt") if path.is_file()]):
