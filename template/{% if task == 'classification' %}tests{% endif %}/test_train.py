@@ -226,6 +226,14 @@ def test_the_reports_of_the_average_and_of_the_trained_weights_are_kept_apart(fi
     assert {name: report["weights"] for name, report in reports.items()} == {"": "ema", ".no-ema": "model"}
 
 
+def test_a_loss_that_diverges_before_the_first_checkpoint_advises_a_new_run(train_script, tiny_args, capsys):
+    """No checkpoint to resume: the message says so, and what to change (--clip-grad-norm given: a lower one)."""
+    assert train_script.main([*tiny_args, "--lr", "1e30", "--clip-grad-norm", "1"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"(epoch 1); no checkpoint had been written yet in {run_dir(tiny_args)}; a new run with a lower --lr" in err
+    assert err.endswith("or with a lower --clip-grad-norm may stay finite") and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     ("signal_at", "message"),  # the steps of this run: 1 is step 19, 2 step 20; the log step is 20, or 50
     [(None, "loss is nan at step 20"), (2, "loss is nan at step 20"), (1, "the weights are not finite after step 19")],
@@ -251,7 +259,7 @@ def test_non_finite_loss_stops_and_keeps_the_good_checkpoint(
     assert train_script.main(["--epochs", "4", "--resume", str(directory), *flags]) == 1
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
-    again = "resumed as it is, it diverges again: a new run with a lower --lr or with --clip-grad-norm may"
+    again = "resumed as it is, it diverges again; a new run with a lower --lr or with --clip-grad-norm may"
     assert err.endswith(f"checkpoint {directory / 'last.pt'} is intact; {again} stay finite")
     assert (directory / "last.pt").read_bytes() == good
 

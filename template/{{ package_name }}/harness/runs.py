@@ -222,15 +222,15 @@ def check_val_files(val_files: str | None, saved: dict[str, Any], then: str) -> 
         raise UsageError(f"the data's validation images are not the run's: {why}; {then}")
 
 
-def what_is_kept(run_dir: Path, then: str | None = "free some space and resume") -> str:
+def what_is_kept(run_dir: Path, then: str = "free some space and resume", flags: str | None = "") -> str:
     """After a failed write or a stop: the intact checkpoint (last.pt, else epoch 1's best.pt) and how to go on.
 
-    How: `then` and the command that resumes the run; None: no command (resumed, a diverged run diverges again).
+    How: `then` and the command that resumes the run, `flags` added; `then` alone if `flags` is None.
     """
     if not (kept := [path for path in (run_dir / "last.pt", run_dir / "best.pt") if path.is_file()]):
         return f"no checkpoint had been written yet in {run_dir}"
     resume = resume_command(run_dir if kept[0].name == "last.pt" else kept[0])
-    return f"the last good checkpoint {kept[0]} is intact" + (f"; {then}: {resume}" if then is not None else "")
+    return f"the last good checkpoint {kept[0]} is intact; {then}" + (f": {resume}{flags}" if flags is not None else "")
 
 
 def resume_command(path: Path) -> str:
