@@ -271,10 +271,12 @@ def test_weights_that_only_validation_finds_overflowing_stop_the_run_and_keep_th
     directory = shutil.copytree(finished[0], tmp_path / "run")
     evaluate = train_script.task.evaluate
 
-    def evaluate_and_stop(*args, **kwargs):  # a stop signal as that validation starts or ends: no save of its weights
+    def evaluate_and_stop(model, batches, *args, **kwargs):  # a signal as validation starts or ends: no save of it
+        if isinstance(batches, list):  # set-up's check of the metrics' names, on the preview batch
+            return evaluate(model, batches, *args, **kwargs)
         if signalled == "before-its-first-batch":  # no batch evaluated: a loss of 0.0, the preview NaN
             os.kill(os.getpid(), signal.SIGINT)
-        report = evaluate(*args, **kwargs)
+        report = evaluate(model, batches, *args, **kwargs)
         os.kill(os.getpid(), signal.SIGINT)
         return report
 
@@ -446,6 +448,7 @@ BAD_INPUTS = [
     (["--batch-size", "1"], "--batch-size 1 cannot train batch norm"),
     (["--shapes-train-size", "8"], "fewer than one batch (--batch-size 16)"),
     (["--data-dir", "{tmp}/unreadable-val", "--strict-data"], "; --strict-data stops at the first unreadable file"),
+    (["--data-dir", "{tmp}/unreadable-val", "--output-dir", "{tmp}/unreadable-val/val"], "image of which is data"),
     # A resumed run keeps its flags and its directory, and never overwrites a newer checkpoint.
     (["--resume", "{run}", "--epochs", "4", "--batch-size", "32"], "--batch-size 32 differs from the run's 16"),
     (["--resume", "{run}", "--epochs", "4", "--img-size", "32"], "--img-size 32 differs from the run's 16"),
@@ -509,6 +512,15 @@ def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
     err = capsys.readouterr().err.splitlines()  # the file skipped, then why the run cannot start
     assert err[0].startswith("skipping an unreadable image: cannot read ") and len(err) == 3
     assert err[2] == "train.py: error: none of the 2 validation images can be read"
+    assert not run_dir(tiny_args).exists()
+
+
+def test_a_score_or_logged_name_that_validation_does_not_return_stops_the_run_before_it_writes_anything(
+    train_script, tiny_args, monkeypatch, capsys
+):
+    monkeypatch.setattr(train_script.task, "LOGGED", (*train_script.task.LOGGED, "acuracy"))  # a typo in task.py
+    assert train_script.main(tiny_args) == 2
+    assert "task.py names 'acuracy' in SCORE or LOGGED; task.evaluate returns " in capsys.readouterr().err
     assert not run_dir(tiny_args).exists()
 
 

@@ -194,6 +194,16 @@ def check_same_data(views: list[tuple[list[str], int, int]]) -> None:
             )
 
 
+def check_outside(run_dir: Path, folders: list[Path]) -> None:
+    """UsageError where the run directory is inside one of the `folders` whose every image the data reads."""
+    for folder in folders:
+        if run_dir.resolve().is_relative_to(folder.resolve()):
+            raise UsageError(
+                f"run directory {run_dir} is inside {folder}, every image of which is data: the run's pictures "
+                "would be read as images; give an --output-dir outside it, or move a run made there out and resume it"
+            )
+
+
 def check_runs_data(classes: list[str], train: Dataset, val: Dataset, resumed: dict[str, Any] | None) -> dict[str, Any]:
     """What the run saves of its data; UsageError for a `resumed` run's other data.
 
