@@ -515,13 +515,28 @@ def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
     assert not run_dir(tiny_args).exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [("LOGGED", ("loss", "acuracy"), "LOGGED names 'acuracy', which task.evaluate does not return: "),
+     ("SCORE", "per_class", "SCORE 'per_class' is none of the numbers task.evaluate returns: ")],
+)  # fmt: skip
 def test_a_score_or_logged_name_that_validation_does_not_return_stops_the_run_before_it_writes_anything(
-    train_script, tiny_args, monkeypatch, capsys
+    train_script, tiny_args, monkeypatch, capsys, name, value, message
 ):
-    monkeypatch.setattr(train_script.task, "LOGGED", (*train_script.task.LOGGED, "acuracy"))  # a typo in task.py
+    monkeypatch.setattr(train_script.task, name, value)  # a typo in task.py, or a metric that is no number
     assert train_script.main(tiny_args) == 2
-    assert "task.py names 'acuracy' in SCORE or LOGGED; task.evaluate returns " in capsys.readouterr().err
+    assert message in capsys.readouterr().err
     assert not run_dir(tiny_args).exists()
+
+
+def test_runs_are_refused_in_the_folders_whose_every_image_is_data_alone(train_script, bad_input_dir):
+    def folders(*flags: str) -> list:
+        return train_script.task.data_folders(train_script.get_args_parser().parse_args(flags))
+
+    split = bad_input_dir / "unreadable-val"  # DIR/train/ and DIR/val/: a DIR/runs/ beside them is not read
+    assert folders("--data-dir", str(split)) == [split / "train", split / "val"]
+    assert folders("--data-dir", str(split / "train")) == [split / "train"]  # DIR/<class>/: all of DIR is read
+    assert folders("--labels", "x.csv") == folders("--dataset", "mnist", "--data-dir", "m") == folders() == []
 
 
 def test_a_gpu_out_of_memory_is_one_line_that_says_what_needs_less(train_script, tiny_args, monkeypatch, capsys):

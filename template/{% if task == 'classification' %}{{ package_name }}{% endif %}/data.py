@@ -39,7 +39,6 @@ class DataSplits(NamedTuple):
     classes: list[str]
     in_channels: int
     held_out: list[str] = []  # the validation images when the project chose them (a run saves the list)
-    folders: list[Path] = []  # those whose every image is read: DIR, or DIR/train and DIR/val (not a CSV's)
 
 
 class ImageFiles(SkipsUnreadable, Dataset):
@@ -113,13 +112,13 @@ def build_datasets(
         return DataSplits(made.get("train"), made.get("val"), list(SHAPES), 3)
     test_set = val_fraction == 1  # test.py's other data (train.py holds out less than all)
     if name == "csv":
-        (root, rows), folders = read_labels(labels, data_dir, columns, test_set), []  # it names each image
+        root, rows = read_labels(labels, data_dir, columns, test_set)
     elif data_dir is None:
         raise UsageError(f"--dataset {name} needs --data-dir")
-    elif name == "imagefolder":  # DIR/train/ and DIR/val/ (its own split), else DIR/<class>/
-        parts = splits if split_folders(data_dir) else (None,)
-        root, rows = data_dir, [row for split in parts for row in class_folders(data_dir, split, test_set)]
-        folders = [data_dir / split if split else data_dir for split in parts]  # whose every image is data
+    elif name == "imagefolder" and split_folders(data_dir):  # its own split
+        root, rows = data_dir, [row for split in splits for row in class_folders(data_dir, split, test_set)]
+    elif name == "imagefolder":
+        root, rows = data_dir, class_folders(data_dir, test_set=test_set)
     else:
         made = {split: _torchvision_dataset(name, data_dir, split, transforms[split], download) for split in splits}
         return DataSplits(made.get("train"), made.get("val"), list(made[splits[0]].classes), prep.channels or channels)
@@ -140,7 +139,7 @@ def build_datasets(
         reason = "every image left is held out" if chosen else f"its split column has no {empty[0]} rows"
         raise UsageError(f"{labels or root}: no {empty[0]} images: {reason}")
     made = {s: ImageFiles(samples[s], root, transforms[s], strict, s == "train", channels) for s in splits}
-    return DataSplits(made.get("train"), made.get("val"), classes, channels, chosen, folders)
+    return DataSplits(made.get("train"), made.get("val"), classes, channels, chosen)
 
 
 def run_options(args: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 
 from . import UsageError
 from .checkpoint import OutputError, epoch_checkpoints, load, reason, resolve
-from .images import check_utf8, fingerprint, sample_digests
+from .images import check_utf8, fingerprint, is_hidden, sample_digests
 
 
 class RunFinished(Exception):  # noqa: N818 - not an error: the script says so and exits 0
@@ -194,14 +194,20 @@ def check_same_data(views: list[tuple[list[str], int, int]]) -> None:
             )
 
 
-def check_outside(run_dir: Path, folders: list[Path]) -> None:
-    """UsageError where the run directory is inside one of the `folders` whose every image the data reads."""
+def check_outside(run_dir: Path, folders: list[Path], resuming: bool) -> None:
+    """UsageError where the run directory is inside one of the `folders` whose every image is data.
+
+    Inside as written (images are listed through links) or as resolved; not under a hidden name (never listed).
+    """
     for folder in folders:
-        if run_dir.resolve().is_relative_to(folder.resolve()):
-            raise UsageError(
-                f"run directory {run_dir} is inside {folder}, every image of which is data: the run's pictures "
-                "would be read as images; give an --output-dir outside it, or move a run made there out and resume it"
-            )
+        as_written = Path(os.path.abspath(run_dir)), Path(os.path.abspath(folder))  # ".." taken out, links kept
+        for run, data in (as_written, (run_dir.resolve(), folder.resolve())):
+            if run.is_relative_to(data) and not any(is_hidden(part) for part in run.relative_to(data).parts):
+                then = f"move {run_dir} out and resume it there" if resuming else "give an --output-dir outside it"
+                raise UsageError(
+                    f"run directory {run_dir} is inside {folder}, every image of which is data: its pictures would "
+                    f"be read as images; {then}"
+                )
 
 
 def check_runs_data(classes: list[str], train: Dataset, val: Dataset, resumed: dict[str, Any] | None) -> dict[str, Any]:
