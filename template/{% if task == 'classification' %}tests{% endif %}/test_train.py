@@ -448,7 +448,8 @@ BAD_INPUTS = [
     (["--batch-size", "1"], "--batch-size 1 cannot train batch norm"),
     (["--shapes-train-size", "8"], "fewer than one batch (--batch-size 16)"),
     (["--data-dir", "{tmp}/unreadable-val", "--strict-data"], "; --strict-data stops at the first unreadable file"),
-    (["--data-dir", "{tmp}/unreadable-val", "--output-dir", "{tmp}/unreadable-val/val"], "image of which is data"),
+    # A run made in a folder of class folders (before train.py refused it) is no class: the reason is given.
+    (["--data-dir", "{tmp}/with-runs", "--output-dir", "{tmp}/with-runs/runs"], "every image of which is data"),
     # A resumed run keeps its flags and its directory, and never overwrites a newer checkpoint.
     (["--resume", "{run}", "--epochs", "4", "--batch-size", "32"], "--batch-size 32 differs from the run's 16"),
     (["--resume", "{run}", "--epochs", "4", "--img-size", "32"], "--img-size 32 differs from the run's 16"),
@@ -484,10 +485,12 @@ def bad_input_dir(tmp_path_factory) -> Path:
     other |= {"model_name": "UNet", "classes": [], "rng": [{}], "run_state": {"epoch": 1, "global_step": 4}}
     torch.save(other, tmp / "unet.pt")  # another model's run (no model_name answer is UNet)
     for name in ("a_class", "another"):
+        write_images(tmp / "with-runs" / name, ["0"], 0)
         write_images(tmp / "unreadable-val" / "train" / name, ["0"], 0)
         (tmp / "unreadable-val" / "val" / name).mkdir(parents=True)
         (tmp / "unreadable-val" / "val" / name / "0.png").write_bytes(b"not a PNG")
     (tmp / "a-file").write_text("not a directory")
+    (tmp / "with-runs" / "runs" / "old").mkdir(parents=True)  # its checkpoints, no image
     return tmp
 
 
@@ -517,8 +520,8 @@ def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
 
 @pytest.mark.parametrize(
     ("name", "value", "message"),
-    [("LOGGED", ("loss", "acuracy"), "LOGGED names 'acuracy', which task.evaluate does not return: "),
-     ("SCORE", "per_class", "SCORE 'per_class' is none of the numbers task.evaluate returns: ")],
+    [("LOGGED", ("loss", "acuracy"), "task.py names 'acuracy' in SCORE or LOGGED; task.evaluate returns ["),
+     ("SCORE", "per_class", "task.py's SCORE 'per_class' is a dict, not a number")],
 )  # fmt: skip
 def test_a_score_or_logged_name_that_validation_does_not_return_stops_the_run_before_it_writes_anything(
     train_script, tiny_args, monkeypatch, capsys, name, value, message
@@ -527,6 +530,20 @@ def test_a_score_or_logged_name_that_validation_does_not_return_stops_the_run_be
     assert train_script.main(tiny_args) == 2
     assert message in capsys.readouterr().err
     assert not run_dir(tiny_args).exists()
+
+
+def test_a_score_computed_with_numpy_is_kept_and_logged_as_a_python_float(train_script, tiny_args, monkeypatch):
+    evaluate = train_script.task.evaluate
+
+    def with_numpy(*args, **kwargs):  # as np.mean returns it
+        metrics = evaluate(*args, **kwargs)
+        return {**metrics, "accuracy": np.float32(metrics["accuracy"])}
+
+    monkeypatch.setattr(train_script.task, "evaluate", with_numpy)
+    assert train_script.main(tiny_args) == 0
+    state = torch.load(run_dir(tiny_args) / "best.pt", weights_only=True)  # which refuses a NumPy scalar
+    (logged,) = records(run_dir(tiny_args), "val")  # metrics.jsonl holds it as a number too
+    assert type(state["run_state"]["best_score"]) is float and state["run_state"]["best_score"] == logged["accuracy"]
 
 
 def test_runs_are_refused_in_the_folders_whose_every_image_is_data_alone(train_script, bad_input_dir):

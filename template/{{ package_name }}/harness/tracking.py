@@ -169,7 +169,8 @@ class RunLogger:
         size = self.metrics_file.stat().st_size if self.metrics_file.exists() else 0
         try:
             with self.metrics_file.open("a") as metrics:  # opened per line (every --log-interval steps): none buffered
-                metrics.write(json.dumps({"split": split, "step": step, "epoch": epoch, **values}) + "\n")
+                line = json.dumps({"split": split, "step": step, "epoch": epoch, **values}, default=float)  # np.float32
+                metrics.write(line + "\n")
         except OSError as err:
             with contextlib.suppress(OSError):
                 os.truncate(self.metrics_file, size)
