@@ -521,7 +521,7 @@ def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [("LOGGED", ("loss", "acuracy"), "task.py names 'acuracy' in SCORE or LOGGED; task.evaluate returns ["),
-     ("SCORE", "per_class", "task.py's SCORE 'per_class' is a dict, not a number")],
+     ("SCORE", "per_class", "task.py's SCORE 'per_class' is a dict, not a Python number: return float(...)")],
 )  # fmt: skip
 def test_a_score_or_logged_name_that_validation_does_not_return_stops_the_run_before_it_writes_anything(
     train_script, tiny_args, monkeypatch, capsys, name, value, message
@@ -532,17 +532,27 @@ def test_a_score_or_logged_name_that_validation_does_not_return_stops_the_run_be
     assert not run_dir(tiny_args).exists()
 
 
-def test_a_score_computed_with_numpy_is_kept_and_logged_as_a_python_float(train_script, tiny_args, monkeypatch):
-    evaluate = train_script.task.evaluate
+def test_a_numpy_score_is_kept_as_a_python_float_and_a_metric_json_cannot_hold_is_refused_before_the_run(
+    train_script, tiny_args, monkeypatch, capsys
+):
+    evaluate, kind = train_script.task.evaluate, np.float32
 
-    def with_numpy(*args, **kwargs):  # as np.mean returns it
+    def with_numpy(*args, **kwargs):
         metrics = evaluate(*args, **kwargs)
-        return {**metrics, "accuracy": np.float32(metrics["accuracy"])}
+        return {**metrics, "accuracy": kind(metrics["accuracy"]), "f1": kind(0.5)}
 
     monkeypatch.setattr(train_script.task, "evaluate", with_numpy)
+    monkeypatch.setattr(train_script.task, "SCORE", "f1")
+    assert train_script.main(tiny_args) == 2 and not run_dir(tiny_args).exists()
+    assert "task.py's SCORE 'f1' is a float32, not a Python number" in capsys.readouterr().err
+    monkeypatch.setattr(train_script.task, "SCORE", "loss")
+    assert train_script.main(tiny_args) == 2 and not run_dir(tiny_args).exists()
+    assert "task.evaluate's 'accuracy' is a float32, which JSON (metrics.jsonl, " in capsys.readouterr().err
+    monkeypatch.setattr(train_script.task, "SCORE", "accuracy")
+    kind = np.float64  # what np.mean returns: a float, but saved as a NumPy scalar, which safe loading refuses
     assert train_script.main(tiny_args) == 0
-    state = torch.load(run_dir(tiny_args) / "best.pt", weights_only=True)  # which refuses a NumPy scalar
-    (logged,) = records(run_dir(tiny_args), "val")  # metrics.jsonl holds it as a number too
+    state = torch.load(run_dir(tiny_args) / "best.pt", weights_only=True)
+    (logged,) = records(run_dir(tiny_args), "val")
     assert type(state["run_state"]["best_score"]) is float and state["run_state"]["best_score"] == logged["accuracy"]
 
 
@@ -553,7 +563,8 @@ def test_runs_are_refused_in_the_folders_whose_every_image_is_data_alone(train_s
     split = bad_input_dir / "unreadable-val"  # DIR/train/ and DIR/val/: a DIR/runs/ beside them is not read
     assert folders("--data-dir", str(split)) == [split / "train", split / "val"]
     assert folders("--data-dir", str(split / "train")) == [split / "train"]  # DIR/<class>/: all of DIR is read
-    assert folders("--labels", "x.csv") == folders("--dataset", "mnist", "--data-dir", "m") == folders() == []
+    assert folders("--labels", "x.csv", "--dataset", "imagefolder", "--data-dir", str(split)) == []  # refused later
+    assert folders("--data-dir", str(split / "gone")) == folders("--dataset", "mnist", "--data-dir", "m") == []
 
 
 def test_a_gpu_out_of_memory_is_one_line_that_says_what_needs_less(train_script, tiny_args, monkeypatch, capsys):

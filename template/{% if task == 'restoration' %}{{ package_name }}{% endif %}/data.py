@@ -70,21 +70,16 @@ def image_files(root: Path) -> list[str]:
     return paths
 
 
-def split_folders(data_dir: Path) -> bool:
-    """Whether data_dir holds train/ or val/; UsageError for folders named like other splits (valid/, Train/)."""
-    folders = sorted(path.name for path in data_dir.glob("*") if path.is_dir() and not is_hidden(path.name))
-    splits = [(data_dir / split).is_dir() for split in ("train", "val")]
-    if folders and {name.lower() for name in folders} <= SPLIT_NAMES and not all(splits):  # train/ and valid/, say
-        raise UsageError(f"{data_dir} holds {', '.join(folders)}: name the splits train/ and val/")
-    return any(splits)
-
-
 def held_out_images(data_dir: Path, fraction: float) -> list[str]:
     """`fraction` of data_dir's images (relative paths, samplers.hold_out), to validate; [] if it has train/ or val/.
 
     UsageError for folders named like other splits (valid/, Train/) or like pairs (noisy/ and clean/).
     """
-    if split_folders(data_dir):
+    folders = sorted(path.name for path in data_dir.glob("*") if path.is_dir() and not is_hidden(path.name))
+    splits = [(data_dir / split).is_dir() for split in ("train", "val")]
+    if folders and {name.lower() for name in folders} <= SPLIT_NAMES and not all(splits):  # train/ and valid/, say
+        raise UsageError(f"{data_dir} holds {', '.join(folders)}: name the splits train/ and val/")
+    if any(splits):
         for split in ("train", "val"):
             refuse_pairs(data_dir / split)
         return []

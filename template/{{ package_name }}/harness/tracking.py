@@ -20,12 +20,30 @@ from torch.utils.tensorboard import SummaryWriter
 from torchvision.transforms.v2.functional import pil_to_tensor
 from tqdm import tqdm
 
-from . import runtime
+from . import UsageError, runtime
 from .checkpoint import OutputError, RunState, reason, write_atomic
 
 
 class NonFiniteLossError(Exception):
     """The training loss, or the weights a step left, became NaN or infinite."""
+
+
+def check_metrics(metrics: dict[str, Any], score: str, logged: tuple[str, ...]) -> None:
+    """UsageError for a `score` or `logged` name (task.py's) not among a validation's `metrics`, or a wrong value.
+
+    The score must be a Python number; every metric something JSON holds (metrics.jsonl, test.py's report).
+    """
+    if unknown := [name for name in (score, *logged) if name not in metrics]:
+        raise UsageError(f"task.py names {unknown[0]!r} in SCORE or LOGGED; task.evaluate returns {list(metrics)}")
+    if not isinstance(metrics[score], (int, float)):  # np.mean's float64 is one: train.py keeps a Python float
+        kind = type(metrics[score]).__name__
+        raise UsageError(f"task.py's SCORE {score!r} is a {kind}, not a Python number: return float(...)")
+    for name, value in metrics.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            kind = f"{name!r} is a {type(value).__name__}, which JSON (metrics.jsonl, test.py's report) cannot hold"
+            raise UsageError(f"task.evaluate's {kind}: return numbers, lists, dicts (.item(), .tolist())") from None
 
 
 @dataclass
@@ -169,8 +187,7 @@ class RunLogger:
         size = self.metrics_file.stat().st_size if self.metrics_file.exists() else 0
         try:
             with self.metrics_file.open("a") as metrics:  # opened per line (every --log-interval steps): none buffered
-                line = json.dumps({"split": split, "step": step, "epoch": epoch, **values}, default=float)  # np.float32
-                metrics.write(line + "\n")
+                metrics.write(json.dumps({"split": split, "step": step, "epoch": epoch, **values}) + "\n")
         except OSError as err:
             with contextlib.suppress(OSError):
                 os.truncate(self.metrics_file, size)
