@@ -272,7 +272,7 @@ def test_weights_that_only_validation_finds_overflowing_stop_the_run_and_keep_th
     evaluate = train_script.task.evaluate
 
     def evaluate_and_stop(model, batches, *args, **kwargs):  # a signal as validation starts or ends: no save of it
-        if isinstance(batches, list):  # set-up's check of the metrics' names, on the preview batch
+        if isinstance(batches, list):  # set-up's check of task.py's SCORE and LOGGED, on the preview batch
             return evaluate(model, batches, *args, **kwargs)
         if signalled == "before-its-first-batch":  # no batch evaluated: a loss of 0.0, the preview NaN
             os.kill(os.getpid(), signal.SIGINT)
@@ -523,7 +523,7 @@ def test_no_readable_validation_image_stops_the_run_before_it_writes_anything(
     [("LOGGED", ("loss", "acuracy"), "task.py names 'acuracy' in SCORE or LOGGED; task.evaluate returns ["),
      ("SCORE", "per_class", "task.py's SCORE 'per_class' is a dict, not a Python number: return float(...)")],
 )  # fmt: skip
-def test_a_score_or_logged_name_that_validation_does_not_return_stops_the_run_before_it_writes_anything(
+def test_a_logged_name_validation_lacks_or_a_score_that_is_no_number_stops_the_run_before_it_writes_anything(
     train_script, tiny_args, monkeypatch, capsys, name, value, message
 ):
     monkeypatch.setattr(train_script.task, name, value)  # a typo in task.py, or a metric that is no number
